@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Create .venv and install the project with its dev extra, CPU torch first (an unpinned torch pulls GBs of CUDA).
+# Idempotent: re-running reuses the venv. GPU machines: afterwards `pip install -e '.[gpu]'`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q -e '.[dev]'
+echo "installed: $(python -c 'import torch, transformers, mlflow, prefect, dvc; print("torch", torch.__version__, "| transformers", transformers.__version__, "| mlflow", mlflow.__version__, "| prefect", prefect.__version__, "| dvc", dvc.__version__)')"
