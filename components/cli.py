@@ -13,7 +13,14 @@ import sys
 from components.errors import UserError
 
 COMMAND_MODULES = [
+    "components.orchestration.commands",
     "components.travel.commands",
+    "components.travel.eval_commands",
+    "components.synthesis.commands",
+    "components.evaluation.commands",
+    "components.models.commands",
+    "components.training.commands",
+    "components.training.rl_commands",
 ]
 
 

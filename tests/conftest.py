@@ -1,0 +1,52 @@
+"""Shared test fixtures: the real TravelPlanner data (skipped when absent) and a tiny synthetic world."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1] / "../shared/data/travelplanner"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The read-only real TravelPlanner data (database/ and fixtures/); skips the test when absent."""
+    if not (SHARED_DATA / "database").is_dir() or not (SHARED_DATA / "fixtures").is_dir():
+        pytest.skip(f"real TravelPlanner data not found at {SHARED_DATA.resolve()}")
+    return SHARED_DATA.resolve()
+
+
+@pytest.fixture(scope="session")
+def real_world_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real database imported once per session, with flights taken from the reference information."""
+    from components.travel.importer import import_database
+
+    out = tmp_path_factory.mktemp("real_world")
+    import_database(shared_data / "database", out, flights_from_ref_info=shared_data / "fixtures" / "train_ref_info.jsonl")
+    return out
+
+
+@pytest.fixture(scope="session")
+def real_world(real_world_dir: Path):
+    """`World` over the real database (every table but flights complete; flights = those of the 45 references)."""
+    from components.travel.world import World
+
+    return World.load(real_world_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_world_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny synthetic world directory (the `tiny` preset: 6 states x 4 cities, one state held out)."""
+    from components.travel.synthetic import tiny_world_params, write_synthetic_world
+
+    out = tmp_path_factory.mktemp("tiny_world")
+    write_synthetic_world(tiny_world_params(), out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_world(tiny_world_dir: Path):
+    """`World` over the tiny synthetic world."""
+    from components.travel.world import World
+
+    return World.load(tiny_world_dir)
