@@ -1,0 +1,289 @@
+"""The one multi-turn agent loop: the teacher, RL rollouts and evaluation all run episodes through `run_episodes`.
+
+Every active episode advances in lockstep: one `policy.generate` call per turn carries every episode that has not
+finished, so batched backends (transformers, vLLM, a thread-pooled HTTP client) see the whole batch at once. The loop
+enforces the limits, records why each episode ended, and builds the trajectory record of docs/contracts.md; with a
+tokenizer it also builds `prompt_ids`/`response_ids`/`response_mask`/`response_logprobs` from segments (see
+`tokens.py`), never by re-tokenising the rendered history.
+
+Any environment with `reset() -> messages` and `step(text) -> Step` (observation, done, info) works: the travel
+episode and the QA episode share this loop; each brings its own `evaluate` callback.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from components.agent import tokens as tok
+from components.agent.types import Policy, TurnRequest, TurnResult
+
+TERMINATIONS = ("answer", "turn_limit", "context_limit", "token_limit", "protocol_errors")
+
+
+class StepLike(Protocol):
+    """What `env.step` returns: the next user-role observation (None when done), whether the episode ended, info."""
+
+    observation: str | None
+    done: bool
+    info: dict
+
+
+class Env(Protocol):
+    """The environment shape the loop needs."""
+
+    def reset(self) -> list[dict]: ...
+
+    def step(self, assistant_text: str) -> StepLike: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-episode limits; reaching one ends the episode with the matching termination reason."""
+
+    max_turns: int = 60
+    max_tokens_per_turn: int = 1024
+    max_context_tokens: int = 32768
+    max_protocol_errors: int = 3
+
+
+@dataclass
+class Episode:
+    """One environment instance to roll out. `meta` travels to the policy in `TurnRequest.meta` (the expert reads
+    `meta["query"]`) and its `level` is copied to the record."""
+
+    idx: int
+    env: Env
+    meta: dict = field(default_factory=dict)
+    episode_id: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.episode_id:
+            self.episode_id = str(self.idx)
+
+
+Evaluate = Callable[[Episode, dict], Any]
+
+
+@dataclass
+class _Running:
+    """Mutable state of one episode while it runs."""
+
+    episode: Episode
+    messages: list[dict]
+    record: dict
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    response_logprobs: list[float] | None = field(default_factory=list)
+
+    def context_length(self) -> int:
+        return len(self.prompt_ids or []) + len(self.response_ids)
+
+
+def new_record(episode: Episode, messages: list[dict]) -> dict:
+    """An empty trajectory record for an episode that just started."""
+    return {
+        "idx": episode.idx,
+        "level": episode.meta.get("level"),
+        "messages": messages,
+        "turns": [],
+        "termination": None,
+        "plan": None,
+        "answer": None,
+        "evaluation": None,
+        "num_turns": 0,
+        "num_tool_calls": 0,
+        "num_tool_errors": 0,
+        "num_protocol_errors": 0,
+    }
+
+
+def turn_entry(info: dict) -> dict:
+    """The per-turn summary kept in `record["turns"]`, from the env's step info."""
+    kind = info.get("kind", "tool")
+    return {
+        "kind": kind,
+        "tool": info.get("tool"),
+        "arguments": info.get("arguments"),
+        "tool_error": bool(info.get("tool_error", False)),
+        "protocol_error": (info.get("error") or info.get("message")) if kind == "protocol_error" else None,
+    }
+
+
+def sampled_segment(tokenizer: tok.Tokenizer, result: TurnResult) -> tuple[list[int], list[float] | None]:
+    """The ids the policy sampled for a turn and their logprobs: the backend's ids when it returned some, else the
+    text encoded as `{text}<|im_end|>` (no logprobs then)."""
+    if result.token_ids is not None:
+        return list(result.token_ids), (list(result.logprobs) if result.logprobs is not None else None)
+    return tok.assistant_ids(tokenizer, result.text, finished=result.finished), None
+
+
+def _start(episode: Episode, tokenizer: tok.Tokenizer | None) -> _Running:
+    messages = [dict(m) for m in episode.env.reset()]
+    state = _Running(episode=episode, messages=messages, record=new_record(episode, messages))
+    if tokenizer is not None:
+        state.prompt_ids = tok.prompt_ids(tokenizer, messages)
+    return state
+
+
+def _request(state: _Running, limits: Limits, tokenizer: tok.Tokenizer | None) -> TurnRequest:
+    max_new = limits.max_tokens_per_turn
+    token_ids = None
+    if tokenizer is not None:
+        token_ids = list(state.prompt_ids or []) + state.response_ids
+        max_new = min(max_new, limits.max_context_tokens - len(token_ids))
+    return TurnRequest(
+        messages=state.messages,
+        token_ids=token_ids,
+        max_new_tokens=max_new,
+        episode_id=state.episode.episode_id,
+        meta=state.episode.meta,
+    )
+
+
+def _append_sampled(state: _Running, tokenizer: tok.Tokenizer, result: TurnResult) -> None:
+    ids, logprobs = sampled_segment(tokenizer, result)
+    state.response_ids.extend(ids)
+    state.response_mask.extend([1] * len(ids))
+    if state.response_logprobs is not None:
+        if logprobs is None or len(logprobs) != len(ids):
+            state.response_logprobs = None
+        else:
+            state.response_logprobs.extend(logprobs)
+
+
+def _append_observation(state: _Running, tokenizer: tok.Tokenizer, observation: str) -> None:
+    ids = tok.tool_segment_ids(tokenizer, observation)
+    state.response_ids.extend(ids)
+    state.response_mask.extend([0] * len(ids))
+    if state.response_logprobs is not None:
+        state.response_logprobs.extend([0.0] * len(ids))
+
+
+def _advance(state: _Running, result: TurnResult, limits: Limits, tokenizer: tok.Tokenizer | None) -> str | None:
+    """Apply one sampled turn; return the termination reason if the episode ended."""
+    record = state.record
+    state.messages.append({"role": "assistant", "content": result.text})
+    record["num_turns"] += 1
+    if tokenizer is not None:
+        _append_sampled(state, tokenizer, result)
+    if not result.finished:
+        # The turn was cut at the per-turn token limit: it is not parsed (it would be a silent truncation).
+        record["turns"].append({"kind": "truncated", "tool": None, "arguments": None, "tool_error": False,
+                                "protocol_error": None})
+        return "token_limit"
+    step = state.episode.env.step(result.text)
+    info = dict(step.info or {})
+    entry = turn_entry(info)
+    record["turns"].append(entry)
+    if entry["kind"] == "tool":
+        record["num_tool_calls"] += 1
+        record["num_tool_errors"] += int(entry["tool_error"])
+    elif entry["kind"] == "protocol_error":
+        record["num_protocol_errors"] += 1
+    if step.done:
+        record["plan"] = info.get("plan")
+        record["answer"] = info.get("answer")
+        return info.get("termination", "answer")
+    if step.observation is not None:
+        state.messages.append({"role": "user", "content": step.observation})
+        if tokenizer is not None:
+            _append_observation(state, tokenizer, step.observation)
+    if record["num_protocol_errors"] >= limits.max_protocol_errors:
+        return "protocol_errors"
+    if record["num_turns"] >= limits.max_turns:
+        return "turn_limit"
+    if tokenizer is not None and state.context_length() >= limits.max_context_tokens:
+        return "context_limit"
+    return None
+
+
+def _finish(state: _Running, termination: str, tokenizer: tok.Tokenizer | None, evaluate: Evaluate | None) -> dict:
+    record = state.record
+    record["termination"] = termination
+    if tokenizer is not None:
+        record["prompt_ids"] = list(state.prompt_ids or [])
+        record["response_ids"] = state.response_ids
+        record["response_mask"] = state.response_mask
+        record["response_logprobs"] = state.response_logprobs
+    if evaluate is not None:
+        record["evaluation"] = evaluate(state.episode, record)
+    return record
+
+
+def run_episodes(
+    episodes: list[Episode],
+    policy: Policy,
+    limits: Limits = Limits(),
+    tokenizer: tok.Tokenizer | None = None,
+    evaluate: Evaluate | None = None,
+    on_finished: Callable[[dict], None] | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """Roll out every episode with `policy` in lockstep and return their trajectory records in input order.
+
+    `evaluate(episode, record)` fills `record["evaluation"]` when an episode ends; `on_finished(record)` is called
+    right after (the teacher appends the record to its output there, so a crash loses no finished trajectory).
+    """
+    from tqdm.auto import tqdm
+
+    records: list[dict | None] = [None] * len(episodes)
+    active: list[tuple[int, _Running]] = []
+    bar = tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress)
+
+    def finish(position: int, state: _Running, reason: str) -> None:
+        records[position] = _finish(state, reason, tokenizer, evaluate)
+        if on_finished is not None:
+            on_finished(records[position])
+        bar.update(1)
+
+    for position, episode in enumerate(episodes):
+        state = _start(episode, tokenizer)
+        if tokenizer is not None and state.context_length() >= limits.max_context_tokens:
+            finish(position, state, "context_limit")
+        elif limits.max_turns <= 0:
+            finish(position, state, "turn_limit")
+        else:
+            active.append((position, state))
+    try:
+        while active:
+            results = policy.generate([_request(state, limits, tokenizer) for _, state in active])
+            if len(results) != len(active):
+                raise RuntimeError(f"policy returned {len(results)} turns for {len(active)} requests")
+            still_active = []
+            for (position, state), result in zip(active, results):
+                reason = _advance(state, result, limits, tokenizer)
+                if reason is None:
+                    still_active.append((position, state))
+                else:
+                    finish(position, state, reason)
+            active = still_active
+    finally:
+        bar.close()
+    return [r for r in records if r is not None]
+
+
+# ---- the travel environment's glue (imports stay lazy so other environments need none of it) ----------------------
+
+def travel_episodes(world: Any, queries: list, failure_rate: float = 0.0, seed: int = 0,
+                    max_protocol_errors: int | None = None) -> list[Episode]:
+    """One `TravelEnv` episode per query; `meta` carries the structured query (the expert reads it) and level."""
+    from components.travel.env import TravelEnv
+
+    episodes = []
+    for query in queries:
+        env = TravelEnv(world, query, failure_rate=failure_rate, seed=seed + query.idx,
+                        max_protocol_errors=max_protocol_errors)
+        episodes.append(Episode(idx=query.idx, env=env, meta={"query": query, "level": query.level}))
+    return episodes
+
+
+def travel_evaluate(world: Any) -> Evaluate:
+    """The evaluate callback of travel episodes: both evaluator modes on the record's final plan."""
+    from components.travel.evaluator import evaluate_both
+
+    def evaluate(episode: Episode, record: dict) -> dict:
+        query = episode.meta["query"]
+        return {mode: result.to_dict() for mode, result in evaluate_both(world, query, record.get("plan")).items()}
+
+    return evaluate

@@ -1,0 +1,71 @@
+"""Token bookkeeping for the Qwen chat format: the segments a trajectory's token ids are built from.
+
+A trajectory's ids are the concatenation of segments, never a re-tokenisation of the rendered history:
+
+    prompt   <|im_start|>system\\n{system}<|im_end|>\\n<|im_start|>user\\n{query}<|im_end|>\\n<|im_start|>assistant\\n
+    sampled  {assistant text}<|im_end|>                                              (mask 1)
+    tool     \\n<|im_start|>user\\n{tool response}<|im_end|>\\n<|im_start|>assistant\\n  (mask 0)
+
+The tokenizer is any object with `encode(text, add_special_tokens=False) -> list[int]` and `decode(ids)`; nothing
+here imports torch or transformers.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+GENERATION_PROMPT = f"{IM_START}assistant\n"
+CHAT_SPECIAL_TOKENS = (IM_START, IM_END, "<|endoftext|>")
+
+
+class Tokenizer(Protocol):
+    """The two methods the loop needs from a tokenizer (Hugging Face tokenizers qualify)."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def neutralise_special_tokens(text: str) -> str:
+    """Break chat special-token text (e.g. `<|im_end|>`) so that it encodes as plain text, not as a control token."""
+    for token in CHAT_SPECIAL_TOKENS:
+        text = text.replace(token, token.replace("|", "\u2502"))
+    return text
+
+
+def render_message(message: dict) -> str:
+    """One chat message in the Qwen format, without a trailing newline."""
+    return f"{IM_START}{message['role']}\n{message['content']}{IM_END}"
+
+
+def render_prompt(messages: list[dict]) -> str:
+    """The prompt text of a conversation: every message, then the assistant generation prompt."""
+    return "".join(render_message(m) + "\n" for m in messages) + GENERATION_PROMPT
+
+
+def encode(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Encode without the tokenizer adding BOS/EOS of its own."""
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def prompt_ids(tokenizer: Tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of the episode's opening prompt (system + user), ending with `<|im_start|>assistant\\n` (mask 0)."""
+    return encode(tokenizer, render_prompt(messages))
+
+
+def assistant_ids(tokenizer: Tokenizer, text: str, finished: bool = True) -> list[int]:
+    """Ids of a sampled assistant turn given as text: `{text}<|im_end|>` (mask 1); no `<|im_end|>` if the turn was
+    cut at the token limit, because the policy never sampled one."""
+    return encode(tokenizer, text + (IM_END if finished else ""))
+
+
+def tool_segment_text(observation: str) -> str:
+    """The text appended after an assistant turn for a user-role observation (the env's `<tool_response>` message)."""
+    return f"\n{IM_START}user\n{neutralise_special_tokens(observation)}{IM_END}\n{GENERATION_PROMPT}"
+
+
+def tool_segment_ids(tokenizer: Tokenizer, observation: str) -> list[int]:
+    """Ids of the observation segment (mask 0): closes the assistant turn's line, the user message, the next
+    generation prompt. `observation` is the user message content as the environment returns it."""
+    return encode(tokenizer, tool_segment_text(observation))

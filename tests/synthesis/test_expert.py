@@ -1,0 +1,103 @@
+"""The programmatic expert through the real environment and the agent loop: pass rates, the mistake knob,
+grounding of every plan fact in the trajectory's observations, transient tool failures, the real queries."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
+from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.travel.plans import current_cities, split_attractions, split_name_city
+from components.travel.protocol import ToolCall, parse_turn
+from components.travel.queries import load_queries
+
+TRAIN_QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
+
+
+def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0):
+    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed))
+    episodes = travel_episodes(world, queries, failure_rate=failure_rate, seed=seed)
+    return run_episodes(episodes, policy, Limits(), evaluate=travel_evaluate(world), progress=False)
+
+
+def strict_pass(records) -> float:
+    return sum(r["evaluation"]["strict"]["final_pass"] for r in records) / len(records)
+
+
+@pytest.fixture(scope="module")
+def expert_records(tiny_world, many_queries):
+    return rollout(tiny_world, many_queries)
+
+
+def test_the_mistake_free_expert_passes_at_least_95_percent(expert_records):
+    assert len(expert_records) >= 200
+    assert strict_pass(expert_records) >= 0.95
+    assert all(r["termination"] == "answer" and r["num_protocol_errors"] == 0 for r in expert_records)
+
+
+def test_every_turn_follows_the_protocol_with_one_call_and_short_reasoning(expert_records):
+    for record in expert_records[:50]:
+        turns = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        assert all(t.startswith("<think>") for t in turns)
+        assert all(isinstance(parse_turn(t), ToolCall) for t in turns[:-1])
+        assert turns[-1].split("</think>")[1].startswith("<answer>[{")
+
+
+def test_strict_pass_falls_as_the_mistake_rate_rises(tiny_world, many_queries):
+    queries = many_queries[:80]
+    rates = [strict_pass(rollout(tiny_world, queries, mistake_rate=p)) for p in (0.0, 0.5, 1.0)]
+    assert rates[0] > rates[1] > rates[2]
+    assert rates[2] <= 0.4
+
+
+def observations(record) -> list[str]:
+    return [m["content"] for m in record["messages"][2:] if m["role"] == "user"]
+
+
+def listed_in(record, kind: str, name: str, city: str) -> bool:
+    """`name` is a row of a `kind` listing of `city` in one of the trajectory's observations."""
+    return any(f"{kind} in {city} (" in obs and f"\n{name}\t" in obs + "\t" for obs in observations(record))
+
+
+def test_every_fact_in_every_plan_appears_in_an_observation_of_its_trajectory(expert_records):
+    checked = 0
+    for record in expert_records:
+        seen = "\n".join(observations(record))
+        for day in record["plan"]:
+            for city in current_cities(day["current_city"]):
+                assert city in seen, (record["idx"], city)
+            for number in re.findall(r"F\d+", day["transportation"]):
+                assert f"\n{number}\t" in seen, (record["idx"], number)
+            for meal in ("breakfast", "lunch", "dinner"):
+                if day[meal] != "-":
+                    assert listed_in(record, "Restaurants", *split_name_city(day[meal])), (record["idx"], day[meal])
+            for item in split_attractions(day["attraction"]):
+                assert listed_in(record, "Attractions", *split_name_city(item)), (record["idx"], item)
+            if day["accommodation"] != "-":
+                assert listed_in(record, "Accommodations", *split_name_city(day["accommodation"])), record["idx"]
+            checked += 1
+    assert checked >= 1000
+
+
+def test_the_expert_retries_transient_tool_failures(tiny_world, many_queries):
+    records = rollout(tiny_world, many_queries[:40], failure_rate=0.2, seed=3)
+    transient = sum("temporarily unavailable" in obs for r in records for obs in observations(r))
+    assert transient > 0
+    assert strict_pass(records) >= 0.9  # a long search may now spend its call budget on retries
+
+
+def test_seeds_vary_the_search_order_and_choices(tiny_world, many_queries):
+    queries = many_queries[:30]
+    first = [json.dumps(r["plan"]) for r in rollout(tiny_world, queries, seed=0)]
+    second = [json.dumps(r["plan"]) for r in rollout(tiny_world, queries, seed=1)]
+    assert sum(a != b for a, b in zip(first, second)) >= 10
+
+
+def test_the_expert_on_the_45_real_training_queries(real_world):
+    queries = load_queries(TRAIN_QUERIES)
+    records = rollout(real_world, queries)
+    rate = strict_pass(records)
+    official = sum(r["evaluation"]["official"]["final_pass"] for r in records) / len(records)
+    print(f"expert on the 45 real training queries: strict final pass {rate:.1%}, official {official:.1%}")
+    assert len(records) == 45 and rate >= 0.9
