@@ -1,0 +1,192 @@
+"""`star qa build`, `star validate`, `star rollout`, `star ood-qa`, `star report`: the evaluation stages.
+
+    star qa build --params params/ood_qa.yaml --out data/qa
+    star validate --params params/validate.yaml --model models/sft --name sft --world data/world \\
+        --queries data/queries/val.jsonl --out data/validate/sft.jsonl --metrics metrics/validate/sft.json
+    star rollout --model models/sft --world data/world --queries data/queries/val.jsonl --out /tmp/t.jsonl
+    star ood-qa --params params/ood_qa.yaml --model models/rl --name rl --qa data/qa --out metrics/ood_qa/rl.json
+    star report --params params/report.yaml --metrics metrics --plots plots --out reports
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from components.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the evaluation sub-commands to `star`."""
+    qa = subparsers.add_parser("qa", help="out-of-domain QA data (encyclopedia corpus, questions, pre-training)")
+    qa_sub = qa.add_subparsers(dest="qa_command", metavar="QA_COMMAND")
+    build = qa_sub.add_parser("build", help="generate the QA corpus, question sets and QA expert trajectories")
+    build.add_argument("--params", default="params/ood_qa.yaml")
+    build.add_argument("--out", default="data/qa", help="output directory")
+    build.add_argument("--metrics", default="metrics/qa_data.json", help="summary metrics JSON to write")
+    build.set_defaults(handler=run_qa_build)
+
+    validate = subparsers.add_parser("validate", help="evaluate a checkpoint on the validation queries")
+    _checkpoint_arguments(validate, "params/validate.yaml")
+    validate.add_argument("--world", required=True, help="world directory")
+    validate.add_argument("--queries", required=True, help="validation queries JSONL")
+    validate.add_argument("--out", required=True, help="per-query records JSONL to write")
+    validate.add_argument("--metrics", required=True, help="metrics JSON to write")
+    validate.add_argument("--submission", help="also write a TravelPlanner leaderboard submission JSONL here")
+    validate.set_defaults(handler=run_validate)
+
+    rollout = subparsers.add_parser("rollout", help="quick in-loop evaluation: trajectories + strict/official metrics")
+    rollout.add_argument("--model", required=True, help="checkpoint directory (Hugging Face format) or Hub name")
+    rollout.add_argument("--world", required=True, help="world directory")
+    rollout.add_argument("--queries", required=True, help="queries JSONL")
+    rollout.add_argument("--out", required=True, help="trajectories JSONL to write")
+    rollout.add_argument("--params", default="params/validate.yaml", help="limits and decoding (section validate)")
+    rollout.add_argument("--max-queries", type=int, help="only the first N queries")
+    rollout.add_argument("--metrics", help="also write the metrics JSON here")
+    rollout.set_defaults(handler=run_rollout)
+
+    ood = subparsers.add_parser("ood-qa", help="out-of-domain QA (EM/F1) of a checkpoint and its alignment tax")
+    _checkpoint_arguments(ood, "params/ood_qa.yaml")
+    ood.add_argument("--qa", default="data/qa", help="directory written by `star qa build`")
+    ood.add_argument("--out", required=True, help="metrics JSON to write (metrics/ood_qa/<name>.json)")
+    ood.add_argument("--base-metrics", help="the base checkpoint's OOD metrics (default: base.json beside --out)")
+    ood.add_argument("--records", help="also write every QA trajectory to this JSONL")
+    ood.set_defaults(handler=run_ood_qa)
+
+    report = subparsers.add_parser("report", help="Markdown/HTML report and figures from every run's metrics")
+    report.add_argument("--params", default="params/report.yaml")
+    report.add_argument("--metrics", default="metrics", help="metrics directory")
+    report.add_argument("--plots", default="plots", help="plots directory (plots/rl/rewards.csv)")
+    report.add_argument("--out", default="reports", help="output directory")
+    report.set_defaults(handler=run_report)
+
+
+def _checkpoint_arguments(parser: argparse.ArgumentParser, default_params: str) -> None:
+    parser.add_argument("--params", default=default_params)
+    parser.add_argument("--model", required=True, help="checkpoint directory (Hugging Face format) or Hub name")
+    parser.add_argument("--name", required=True, help="checkpoint name in metrics and tracking (base, sft, rl, ...)")
+
+
+# --- helpers ----------------------------------------------------------------------------------------------------
+
+def write_json(data: dict, path: str | Path) -> Path:
+    """Write pretty JSON (parents created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path
+
+
+def _print_modes(metrics: dict) -> None:
+    keys = ("delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass")
+    print(f"{'metric':<20}{'strict':>10}{'official':>10}")
+    for key in keys:
+        print(f"{key:<20}{metrics['strict'][key]:>10.3f}{metrics['official'][key]:>10.3f}")
+
+
+# --- handlers ---------------------------------------------------------------------------------------------------
+
+def run_qa_build(args: argparse.Namespace) -> int:
+    from components import tracking
+    from components.evaluation.ood_qa import OODQAParams, build_qa_data
+    from components.params import load_section
+
+    params = load_section(args.params, "ood_qa", OODQAParams)
+    started = time.perf_counter()
+    with tracking.stage_run("qa_data", params=params) as run:
+        metrics = build_qa_data(params, args.out)
+        metrics["wall_time_s"] = time.perf_counter() - started
+        write_json(metrics, args.metrics)
+        run.log_metrics(metrics)
+        run.log_artifact(args.metrics)
+    print(f"wrote QA data to {args.out}/ ({metrics['passages']} passages, {metrics['pretrain']['records']} "
+          f"pre-training records) and metrics to {args.metrics}")
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from components import tracking
+    from components.evaluation.validate import ValidateParams, submission_lines, validate_checkpoint, write_jsonl
+    from components.params import load_section
+
+    params = load_section(args.params, "validate", ValidateParams)
+    started = time.perf_counter()
+    with tracking.stage_run(f"validate@{args.name}", params=params,
+                                 tags={"star.checkpoint": args.name}) as run:
+        queries, records, metrics = validate_checkpoint(args.model, args.world, args.queries, params)
+        metrics.update({"checkpoint": args.name, "model": str(args.model),
+                        "wall_time_s": time.perf_counter() - started})
+        write_jsonl(records, args.out)
+        write_json(metrics, args.metrics)
+        submission = args.submission or params.submission
+        if submission:
+            write_jsonl(submission_lines(queries, records), submission)
+        run.log_metrics(metrics)
+        run.log_artifact(args.metrics)
+    _print_modes(metrics)
+    print(f"wrote {len(records)} records to {args.out}, metrics to {args.metrics}"
+          + (f", submission to {submission}" if submission else ""))
+    return 0
+
+
+def run_rollout(args: argparse.Namespace) -> int:
+    from components.evaluation.validate import ValidateParams, validate_checkpoint, write_jsonl
+    from components.params import load_section
+
+    params = load_section(args.params, "validate", ValidateParams) if Path(args.params).exists() else ValidateParams()
+    if args.max_queries:
+        params = params.model_copy(update={"max_queries": args.max_queries})
+    _, records, metrics = validate_checkpoint(args.model, args.world, args.queries, params)
+    write_jsonl(records, args.out)
+    if args.metrics:
+        write_json(metrics, args.metrics)
+    _print_modes(metrics)
+    print(f"terminations: {metrics['termination']['counts']}; mean tool calls "
+          f"{metrics['tool_calls']['mean_tool_calls']:.1f}")
+    print(f"wrote {len(records)} trajectories to {args.out}")
+    return 0
+
+
+def run_ood_qa(args: argparse.Namespace) -> int:
+    from components import tracking
+    from components.evaluation.ood_qa import OODQAParams, evaluate_checkpoint, read_base_metrics
+    from components.evaluation.validate import write_jsonl
+    from components.params import load_section
+
+    params = load_section(args.params, "ood_qa", OODQAParams)
+    base_path = Path(args.base_metrics) if args.base_metrics else Path(args.out).parent / "base.json"
+    base = None if args.name == "base" else read_base_metrics(base_path)
+    if args.base_metrics and base is None:
+        raise UserError(f"--base-metrics {base_path} does not exist (run `star ood-qa --name base` first)")
+    started = time.perf_counter()
+    with tracking.stage_run(f"ood_qa@{args.name}", params=params,
+                                 tags={"star.checkpoint": args.name}) as run:
+        records: list[dict] = []
+        metrics = evaluate_checkpoint(args.model, params, args.qa, base_metrics=base, records_out=records)
+        metrics.update({"checkpoint": args.name, "model": str(args.model),
+                        "wall_time_s": time.perf_counter() - started})
+        write_json(metrics, args.out)
+        if args.records:
+            write_jsonl(records, args.records)
+        run.log_metrics(metrics)
+        run.log_artifact(args.out)
+    tax = (f"; alignment tax {metrics['alignment_tax_abs']:+.3f} EM vs base" if "alignment_tax_abs" in metrics
+           else "" if args.name == "base" else f"; no alignment tax ({base_path} not found)")
+    print(f"{args.name}: EM {metrics['em']:.3f}, F1 {metrics['f1']:.3f} over {metrics['n']} questions{tax}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from components import tracking
+    from components.evaluation.report import ReportParams, build_report
+    from components.params import load_section
+
+    params = load_section(args.params, "report", ReportParams)
+    with tracking.stage_run("report", params=params) as run:
+        written = build_report(args.metrics, args.plots, args.out, params)
+        for path in [written["markdown"], written["html"], *written["figures"], *written["tables"]]:
+            run.log_artifact(path)
+    print(f"wrote {written['markdown']}, {written['html']} and {len(written['figures'])} figures to {args.out}/")
+    return 0

@@ -1,0 +1,1 @@
+"""Out-of-domain QA with a search tool: corpus, retriever, environment, datasets, scoring, expert."""

@@ -1,0 +1,273 @@
+"""The report stage: read every run's metrics and write a Markdown + HTML summary with PNG figures.
+
+Inputs (whatever exists): `metrics/validate/<checkpoint>.json`, `metrics/ood_qa/<checkpoint>.json`, the stage
+summaries `metrics/*.json`, and `plots/rl/rewards.csv`. Tables: base/SFT/RL in domain (both evaluator modes) and
+out of domain, the alignment tax next to the in-domain gain; figures: reward curves, per-check pass rates, and the
+in-domain vs out-of-domain scatter.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from components.params import Params
+
+IN_DOMAIN_COLUMNS = [("delivery_rate", "delivery"), ("commonsense_micro", "CS micro"),
+                     ("commonsense_macro", "CS macro"), ("hard_micro", "hard micro"), ("hard_macro", "hard macro"),
+                     ("final_pass", "final pass")]
+
+
+class ReportParams(Params):
+    """params/report.yaml, section `report`."""
+
+    title: str = "STAR pipeline report"
+    mode: Literal["strict", "official"] = "strict"  # the evaluator mode of the headline figures
+    checkpoint_order: list[str] = ["base", "sft", "rl"]  # others follow alphabetically
+    reward_smoothing: int = Field(5, ge=1)
+
+
+@dataclass
+class Table:
+    """A titled table: header and rows of already-formatted cells."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+@dataclass
+class Report:
+    """Everything the report shows."""
+
+    title: str
+    tables: list[Table] = field(default_factory=list)
+    figures: list[tuple[str, str]] = field(default_factory=list)  # (caption, file name)
+
+
+# --- reading ----------------------------------------------------------------------------------------------------
+
+def read_json_dir(directory: Path) -> dict[str, dict]:
+    """`{stem: parsed JSON}` for every `*.json` directly in `directory` (empty when it does not exist)."""
+    if not directory.is_dir():
+        return {}
+    return {p.stem: json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))}
+
+
+def read_csv_rows(path: Path) -> list[dict]:
+    """Rows of a CSV file as dicts (empty when it does not exist)."""
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def order_checkpoints(names, preferred: list[str]) -> list[str]:
+    """The preferred checkpoints first (in that order), then the rest alphabetically."""
+    names = set(names)
+    return [n for n in preferred if n in names] + sorted(names - set(preferred))
+
+
+# --- tables -----------------------------------------------------------------------------------------------------
+
+def pct(value) -> str:
+    """A fraction as a percentage with one decimal; '-' for missing."""
+    return "-" if value is None else f"{100 * float(value):.1f}%"
+
+
+def signed_points(value) -> str:
+    """A difference of fractions in percentage points, with its sign."""
+    return "-" if value is None else f"{100 * float(value):+.1f} pp"
+
+
+def in_domain_table(validate: dict[str, dict], order: list[str], mode: str) -> Table:
+    """The six official metrics per checkpoint for one evaluator mode."""
+    rows = [[name, str(validate[name].get("n", "-")),
+             *[pct(validate[name].get(mode, {}).get(key)) for key, _ in IN_DOMAIN_COLUMNS],
+             pct((validate[name].get("grounding") or {}).get("mean"))]
+            for name in order if name in validate]
+    return Table(f"In domain: TravelPlanner validation ({mode} evaluator)",
+                 ["checkpoint", "n", *[label for _, label in IN_DOMAIN_COLUMNS], "grounding"], rows,
+                 note="grounding = share of plan entities (names, flights) that the agent read in a tool result.")
+
+
+def with_alignment_tax(ood: dict[str, dict]) -> dict[str, dict]:
+    """Each checkpoint's OOD metrics with the alignment tax filled in from `base` where the stage could not
+    compute it (its ood_qa stage ran before the base's; DVC does not order foreach items)."""
+    from components.evaluation.ood_qa import alignment_tax
+
+    base = ood.get("base")
+    return {name: m if name == "base" or base is None or "alignment_tax_abs" in m else {**m, **alignment_tax(base, m)}
+            for name, m in ood.items()}
+
+
+def ood_table(ood: dict[str, dict], order: list[str]) -> Table:
+    """EM per dataset, the averages, and the alignment tax per checkpoint."""
+    datasets = sorted({d for m in ood.values() for d in m.get("per_dataset", {})})
+    rows = []
+    for name in order:
+        if name not in ood:
+            continue
+        m = ood[name]
+        per = m.get("per_dataset", {})
+        relative = m.get("alignment_tax_rel")
+        rows.append([name, *[pct(per.get(d, {}).get("em")) for d in datasets], pct(m.get("em")), pct(m.get("f1")),
+                     signed_points(m.get("alignment_tax_abs")), "-" if relative is None else f"{100 * relative:+.1f}%"])
+    return Table("Out of domain: QA with a search tool (exact match)",
+                 ["checkpoint", *[f"{d} EM" for d in datasets], "avg EM", "avg F1", "tax (abs)", "tax (rel)"], rows,
+                 note="Alignment tax = base score - checkpoint score on the EM average; positive = ability lost.")
+
+
+def alignment_points(validate: dict[str, dict], ood: dict[str, dict], order: list[str], mode: str) -> list[dict]:
+    """One point per checkpoint with both in-domain and OOD metrics."""
+    return [{"label": name, "in_domain": validate[name][mode]["final_pass"], "ood": ood[name]["em"]}
+            for name in order if name in validate and name in ood and mode in validate[name]]
+
+
+def tax_table(points: list[dict], ood: dict[str, dict], mode: str) -> Table:
+    """In-domain gain next to the alignment tax, per trained checkpoint (relative to base)."""
+    base = next((p for p in points if p["label"] == "base"), None)
+    rows = []
+    for p in points:
+        if p["label"] == "base":
+            continue
+        gain = p["in_domain"] - base["in_domain"] if base else None
+        tax = ood[p["label"]].get("alignment_tax_abs")
+        rows.append([p["label"], pct(p["in_domain"]), signed_points(gain), pct(p["ood"]), signed_points(tax)])
+    return Table(f"In-domain gain vs alignment tax ({mode} final pass; OOD EM average)",
+                 ["checkpoint", "final pass", "gain vs base", "OOD EM", "alignment tax"], rows)
+
+
+def stage_summary_table(stage_metrics: dict[str, dict]) -> Table:
+    """The scalar numbers of every stage summary (`metrics/*.json`), one row per value."""
+    rows = []
+    for stage, metrics in stage_metrics.items():
+        for key, value in _flat_scalars(metrics):
+            rows.append([stage, key, _format_scalar(value)])
+    return Table("Stage summaries (metrics/*.json)", ["stage", "metric", "value"], rows)
+
+
+def _flat_scalars(obj, prefix: str = "", depth: int = 0):
+    if isinstance(obj, dict) and depth < 2:
+        for key, value in obj.items():
+            yield from _flat_scalars(value, f"{prefix}{key}." if not isinstance(value, (int, float, str, bool))
+                                     else f"{prefix}{key}", depth + 1)
+    elif isinstance(obj, (int, float, bool, str)) and prefix:
+        yield prefix.rstrip("."), obj
+
+
+def _format_scalar(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+# --- rendering --------------------------------------------------------------------------------------------------
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(report: Report) -> str:
+    """The report as Markdown (GitHub tables, figures as images next to the file)."""
+    lines = [f"# {report.title}", ""]
+    for table in report.tables:
+        lines += [f"## {table.title}", ""]
+        if not table.rows:
+            lines += ["(no data)", ""]
+            continue
+        lines.append("| " + " | ".join(map(_md_cell, table.header)) + " |")
+        lines.append("|" + "|".join("---" for _ in table.header) + "|")
+        lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in table.rows]
+        lines += ["", table.note, ""] if table.note else [""]
+    if report.figures:
+        lines += ["## Figures", ""]
+        for caption, name in report.figures:
+            lines += [f"### {caption}", "", f"![{caption}]({name})", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_html(report: Report) -> str:
+    """The report as a standalone HTML page (figures referenced by relative path)."""
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(report.title)}</title><style>"
+             "body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+             "table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{border:1px solid #ccc;padding:.3em .7em;"
+             "text-align:right}th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
+             "img{max-width:100%;border:1px solid #eee}</style></head><body>", f"<h1>{e(report.title)}</h1>"]
+    for table in report.tables:
+        parts.append(f"<h2>{e(table.title)}</h2>")
+        if not table.rows:
+            parts.append("<p>(no data)</p>")
+            continue
+        parts.append("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in table.header) + "</tr>")
+        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in table.rows]
+        parts.append("</table>")
+        if table.note:
+            parts.append(f"<p><em>{e(table.note)}</em></p>")
+    for caption, name in report.figures:
+        parts.append(f"<h2>{e(caption)}</h2><img src='{e(name)}' alt='{e(caption)}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    """Rows as CSV (the header from the first row); DVC can plot and diff these across experiments."""
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["empty"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+# --- the stage --------------------------------------------------------------------------------------------------
+
+def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | Path, params: ReportParams) -> dict:
+    """Read the metrics, draw the figures into `out_dir`, write `report.md`, `report.html` and the figures' data
+    (`per_check.csv`, `alignment.csv`, for `dvc plots`); return the written paths (`{"markdown", "html",
+    "figures": [...], "tables": [...]}`)."""
+    from components.evaluation import plots
+
+    metrics_dir, plots_dir, out_dir = Path(metrics_dir), Path(plots_dir), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    validate = read_json_dir(metrics_dir / "validate")
+    ood = with_alignment_tax(read_json_dir(metrics_dir / "ood_qa"))
+    stages = read_json_dir(metrics_dir)
+    rewards = read_csv_rows(plots_dir / "rl" / "rewards.csv")
+    order = order_checkpoints([*validate, *ood], params.checkpoint_order)
+    points = alignment_points(validate, ood, order, params.mode)
+
+    report = Report(params.title)
+    for mode in (params.mode, *[m for m in ("strict", "official") if m != params.mode]):
+        report.tables.append(in_domain_table(validate, order, mode))
+    report.tables.append(ood_table(ood, order))
+    report.tables.append(tax_table(points, ood, params.mode))
+    report.tables.append(stage_summary_table(stages))
+
+    if rewards:
+        plots.plot_reward_curves(rewards, out_dir / "rewards.png", smoothing=params.reward_smoothing)
+        report.figures.append(("RL reward curves per component", "rewards.png"))
+    per_check = {name: validate[name][params.mode].get("per_check", {})
+                 for name in order if name in validate and params.mode in validate[name]}
+    if any(per_check.values()):
+        plots.plot_per_check(per_check, out_dir / "per_check.png", params.mode)
+        report.figures.append((f"Per-check pass rates ({params.mode})", "per_check.png"))
+    if points:
+        plots.plot_alignment_scatter(points, out_dir / "alignment_tax.png", params.mode)
+        report.figures.append(("In-domain final pass vs out-of-domain QA (alignment tax)", "alignment_tax.png"))
+
+    write_csv([{"checkpoint": name, "check": check, "pass_rate": rate}
+               for name, rates in per_check.items() for check, rate in rates.items()], out_dir / "per_check.csv")
+    write_csv([{"checkpoint": p["label"], "in_domain_final_pass": p["in_domain"], "ood_em": p["ood"]}
+               for p in points], out_dir / "alignment.csv")
+    (out_dir / "report.md").write_text(render_markdown(report))
+    (out_dir / "report.html").write_text(render_html(report))
+    return {"markdown": out_dir / "report.md", "html": out_dir / "report.html",
+            "figures": [out_dir / name for _, name in report.figures],
+            "tables": [out_dir / "per_check.csv", out_dir / "alignment.csv"]}

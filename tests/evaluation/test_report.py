@@ -1,0 +1,50 @@
+"""The report stage on hand-made metrics files: tables, HTML, and readable figures."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from components.evaluation.report import ReportParams, build_report, order_checkpoints
+
+
+def test_report_writes_tables_for_every_checkpoint_and_the_three_figures(metrics_tree, tmp_path: Path):
+    metrics, plots = metrics_tree
+    written = build_report(metrics, plots, tmp_path / "reports", ReportParams())
+
+    markdown = written["markdown"].read_text()
+    assert "| rl | 40 | 140.0%" not in markdown  # fractions are shown as percentages of 1, not re-scaled
+    assert "| rl | 40 | 100.0% | 72.0% | 45.0% | 63.0% | 36.0% | 27.0% | 81.0% |" in markdown  # strict row for rl
+    assert "| sft | 25.0% | 45.0% | 35.0% | 40.0% | +7.0 pp | +16.7% |" in markdown  # OOD row with the tax
+    assert "| rl | 27.0% | +27.0 pp | 31.0% | +11.0 pp |" in markdown  # gain vs tax
+    assert "| sft | final_train_loss | 0.812 |" in markdown
+    assert [p.name for p in written["figures"]] == ["rewards.png", "per_check.png", "alignment_tax.png"]
+    for figure in written["figures"]:
+        assert figure.stat().st_size > 10_000
+        assert f"![" in markdown and figure.name in markdown
+    assert written["tables"][1].read_text().splitlines() == [
+        "checkpoint,in_domain_final_pass,ood_em", "base,0.0,0.42", "sft,0.18,0.35", "rl,0.27,0.31"]
+    page = written["html"].read_text()
+    assert page.count("<table>") == 5 and "<img src='alignment_tax.png'" in page
+
+
+def test_report_without_any_metrics_says_so_instead_of_failing(tmp_path: Path):
+    written = build_report(tmp_path / "metrics", tmp_path / "plots", tmp_path / "reports", ReportParams())
+
+    assert written["figures"] == []
+    assert "(no data)" in written["markdown"].read_text()
+
+
+def test_checkpoints_are_ordered_base_sft_rl_then_alphabetically():
+    assert order_checkpoints({"rl", "agent-star-1.5b", "base", "sft", "arpo"}, ["base", "sft", "rl"]) == [
+        "base", "sft", "rl", "agent-star-1.5b", "arpo"]
+
+
+def test_the_report_fills_in_an_alignment_tax_the_ood_stage_could_not_compute(metrics_tree, tmp_path: Path):
+    metrics, plots = metrics_tree
+    rl = json.loads((metrics / "ood_qa" / "rl.json").read_text())
+    del rl["alignment_tax_abs"], rl["alignment_tax_rel"]  # ood_qa@rl ran before ood_qa@base
+    (metrics / "ood_qa" / "rl.json").write_text(json.dumps(rl))
+
+    markdown = build_report(metrics, plots, tmp_path / "reports", ReportParams())["markdown"].read_text()
+
+    assert "| rl | 21.0% | 41.0% | 31.0% | 36.0% | +11.0 pp | +26.2% |" in markdown
