@@ -221,8 +221,8 @@ def run_validation(world, queries: list, policy, limits: Limits, tokenizer=None,
     evaluated: dict[int, dict] = {}
 
     def evaluate(episode: Episode, record: dict) -> dict:
-        # An answer whose plan could not be parsed was still delivered: it is scored as text (failing the
-        # checks it cannot pass), as `star evaluate` scores an unparseable plan.
+        # An answer whose plan cannot be parsed is scored as text: the evaluator counts it as not delivered
+        # and fails every check with the parser's reason.
         plan = plan_of(record)
         scored = plan if plan is not None else record.get("answer")
         evaluated[record["idx"]] = evaluate_both_modes(world, episode.meta["query"], scored)

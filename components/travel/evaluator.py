@@ -196,8 +196,8 @@ def evaluate_plan(world: Any, query: Query, plan: Any, mode: str = "strict", loo
     if _is_absent(plan):
         return _undelivered(query, mode, "no plan delivered")
     days, error = _as_days(plan)
-    if days is None:
-        return _undelivered(query, mode, error, delivered=True)
+    if days is None:  # text that is not a plan delivers nothing (TRAVEL_ENV.md 4: absent plan = not delivered)
+        return _undelivered(query, mode, f"no plan delivered: {error}")
     ctx = _Context(world, query, days, lookup or lookup_for(world))
     checks = OFFICIAL_COMMONSENSE if mode == "official" else STRICT_COMMONSENSE
     commonsense = {name: _guarded(checks[name], ctx) for name in COMMONSENSE_CHECKS}
@@ -232,9 +232,9 @@ def _as_days(plan: Any) -> tuple[list[dict] | None, str | None]:
     return parse_plan(plan, normalize=False)
 
 
-def _undelivered(query: Query, mode: str, reason: str, delivered: bool = False) -> PlanEvaluation:
+def _undelivered(query: Query, mode: str, reason: str) -> PlanEvaluation:
     commonsense = {name: fail(reason) for name in COMMONSENSE_CHECKS}
-    return PlanEvaluation(mode, delivered, commonsense, _gated_hard(query, reason), None, reason)
+    return PlanEvaluation(mode, False, commonsense, _gated_hard(query, reason), None, reason)
 
 
 def _gated_hard(query: Query, reason: str) -> dict[str, CheckResult]:

@@ -59,3 +59,13 @@ def test_aligned_list_form_and_the_file_contract():
     assert metrics["strict"]["final_pass"] == metrics["official"]["final_pass"] == 0.5
     with pytest.raises(ValueError, match="2 evaluations for 1 queries"):
         summarize(queries[:1], [None, None])
+
+
+@pytest.mark.parametrize("answer", ["I could not find a plan, sorry.", "[{'days': 1, 'current_city'", "{}", "[]"])
+def test_an_answer_that_is_not_a_plan_is_not_delivered(tiny_world, answer):
+    from components.travel.evaluator import evaluate_plan
+
+    for mode in ("official", "strict"):
+        result = evaluate_plan(tiny_world, query(0), answer, mode=mode)
+        assert not result.delivered and not result.final_pass
+        assert all(r.status == "fail" and "no plan delivered" in r.reason for r in result.commonsense.values())
