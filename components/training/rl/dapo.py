@@ -1,0 +1,70 @@
+"""DAPO's sampling-side pieces: dynamic sampling and overlong reward shaping (Yu et al., 2025).
+
+Dynamic sampling: a group whose rewards are all equal has zero advantage everywhere and contributes no gradient,
+so it is dropped and more queries are sampled until the batch holds `target_groups` informative groups, with a cap
+on the extra rounds (after which the step trains on what it has).
+
+Overlong shaping (soft overlong punishment), with L the response length, L_max the limit, L_cache the soft zone:
+
+    R_overlong(L) = 0                              if L <= L_max - L_cache
+                  = ((L_max - L_cache) - L) / L_cache   if L_max - L_cache < L <= L_max
+                  = -1                             if L > L_max
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+G = TypeVar("G")
+
+
+def is_informative(rewards: Sequence[float], tol: float = 1e-9) -> bool:
+    """True when a group's rewards are not all equal (it has a non-zero advantage somewhere)."""
+    return len(rewards) > 1 and (max(rewards) - min(rewards)) > tol
+
+
+def overlong_penalty(length: int, max_length: int, cache_length: int) -> float:
+    """R_overlong(L): 0 inside the budget, a linear ramp to -1 over the last `cache_length` tokens, -1 beyond."""
+    if length > max_length:
+        return -1.0
+    soft_start = max_length - cache_length
+    if length <= soft_start or cache_length <= 0:
+        return 0.0
+    return (soft_start - length) / cache_length
+
+
+@dataclass
+class DynamicSample(Generic[G]):
+    """What dynamic sampling kept, and what it cost."""
+
+    groups: list[G] = field(default_factory=list)
+    rounds: int = 0
+    sampled_groups: int = 0
+    dropped_groups: int = 0
+    filled: bool = False
+
+
+def dynamic_sampling(
+    sample_groups: Callable[[int], list[G]],
+    group_rewards: Callable[[G], Sequence[float]],
+    target_groups: int,
+    max_extra_rounds: int,
+) -> DynamicSample[G]:
+    """Call `sample_groups(n)` for n groups at a time, keep the informative ones, until `target_groups` are kept or
+    `1 + max_extra_rounds` rounds have run. Each extra round asks for exactly the number of groups still missing."""
+    result: DynamicSample[G] = DynamicSample()
+    while result.rounds <= max_extra_rounds and len(result.groups) < target_groups:
+        missing = target_groups - len(result.groups)
+        batch = sample_groups(missing)
+        result.rounds += 1
+        result.sampled_groups += len(batch)
+        for group in batch:
+            if is_informative(group_rewards(group)) and len(result.groups) < target_groups:
+                result.groups.append(group)
+            else:
+                result.dropped_groups += 1
+        if not batch:
+            break
+    result.filled = len(result.groups) >= target_groups
+    return result

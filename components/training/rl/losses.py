@@ -1,0 +1,154 @@
+"""The policy-gradient objective: clipped importance ratios, KL to a reference, entropy, loss aggregation.
+
+All inputs are (B, T) tensors over the same token positions; `mask` is the response mask (1 exactly on tokens the
+policy sampled). Per token t of trajectory i (TRAINING.md, PPO/GRPO/DAPO):
+
+    r_t      = exp(log pi(o_t) - log pi_old(o_t))
+    L_t      = -min(r_t * A_t, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A_t)
+    KL_t     = exp(ref_t - logp_t) - (ref_t - logp_t) - 1          (Schulman's k3 estimator, >= 0)
+    loss_t   = L_t + beta * KL_t
+
+and the mini-batch loss aggregates loss_t over masked tokens (see `aggregate_loss`). Masked positions are forced to
+r = 1 and KL = 0 before anything else so that a garbage log-probability there (padding, a tool response, -inf)
+can never leak into the ratios or the gradient.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from components.training.rl.params import LOSS_TYPE_ALIASES
+
+LossType = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def masked_log_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """log r_t = logp_t - old_t on sampled tokens, exactly 0 elsewhere (no NaN/inf from masked positions)."""
+    keep = mask.bool()
+    zeros = torch.zeros_like(logprobs)
+    return torch.where(keep, logprobs, zeros) - torch.where(keep, old_logprobs.to(logprobs.dtype), zeros)
+
+
+def probability_ratio(logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """r_t = pi(o_t) / pi_old(o_t) on sampled tokens; 1 on masked positions."""
+    return torch.exp(masked_log_ratio(logprobs, old_logprobs, mask))
+
+
+def clipped_surrogate_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon: float = 0.2, epsilon_high: float | None = None
+) -> torch.Tensor:
+    """L_t = -min(r_t A_t, clip(r_t, 1 - epsilon, 1 + epsilon_high) A_t) per token (epsilon_high defaults to epsilon;
+    DAPO's clip-higher uses 0.28)."""
+    high = epsilon if epsilon_high is None else epsilon_high
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + high) * advantages
+    return -torch.minimum(unclipped, clipped)
+
+
+def clip_fraction(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+) -> dict[str, float]:
+    """Share of sampled tokens whose gradient the clip removed: low (r < 1-eps, A < 0), high (r > 1+eps_high, A > 0),
+    and their sum `clip_fraction` (TRL's clip_ratio/low_mean, high_mean, region_mean)."""
+    high = epsilon if epsilon_high is None else epsilon_high
+    keep = mask.bool()
+    n = keep.sum().clamp(min=1).item()
+    low_clipped = (ratio < 1.0 - epsilon) & (advantages < 0) & keep
+    high_clipped = (ratio > 1.0 + high) & (advantages > 0) & keep
+    low, hi = low_clipped.sum().item() / n, high_clipped.sum().item() / n
+    return {"clip_fraction_low": low, "clip_fraction_high": hi, "clip_fraction": low + hi}
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1 on sampled tokens, 0 elsewhere (the k3 estimator of
+    KL(pi || ref))."""
+    delta = masked_log_ratio(ref_logprobs, logprobs, mask)  # ref - logp, 0 where masked
+    return torch.exp(delta) - delta - 1.0
+
+
+def token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H_t = -sum_v p_v log p_v of the next-token distribution at each position, from logits (..., V)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of `values` over positions where mask is 1 (0 when the mask is empty)."""
+    m = mask.to(values.dtype)
+    return (values * m).sum() / m.sum().clamp(min=1)
+
+
+def aggregate_loss(
+    token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: LossType,
+    minibatch_tokens: int | float,
+    minibatch_sequences: int,
+    max_completion_length: int,
+) -> torch.Tensor:
+    """This micro-batch's share of the mini-batch loss; summing the shares over gradient-accumulation micro-batches
+    gives exactly the loss of the whole mini-batch, so the caller never divides by the number of micro-batches.
+
+    - token-mean:               sum_i sum_t loss_it / (tokens in the whole mini-batch)          (DAPO; TRL "dapo")
+    - seq-mean-token-mean:      sum_i [sum_t loss_it / |o_i|] / (sequences in the mini-batch)   (GRPO; TRL "grpo")
+    - seq-mean-token-sum-norm:  sum_i sum_t loss_it / (sequences in the mini-batch * L_max)    (Dr.GRPO constant)
+    """
+    loss_type = LOSS_TYPE_ALIASES.get(loss_type, loss_type)
+    m = mask.to(token_loss.dtype)
+    per_token = token_loss * m
+    if loss_type == "token-mean":
+        return per_token.sum() / max(float(minibatch_tokens), 1.0)
+    if loss_type == "seq-mean-token-mean":
+        per_seq = per_token.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
+        return per_seq.sum() / max(minibatch_sequences, 1)
+    if loss_type == "seq-mean-token-sum-norm":
+        return per_token.sum() / (max(minibatch_sequences, 1) * max_completion_length)
+    raise ValueError(
+        f"loss_type must be one of token-mean, seq-mean-token-mean, seq-mean-token-sum-norm, got {loss_type!r}"
+    )
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    beta: float = 0.0,
+    ref_logprobs: torch.Tensor | None = None,
+    loss_type: LossType = "token-mean",
+    minibatch_tokens: int | float | None = None,
+    minibatch_sequences: int | None = None,
+    max_completion_length: int = 1,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """loss_t = L_t + beta KL_t aggregated over the micro-batch; returns (loss, stats) with the mean ratio, the clip
+    fractions and the mean KL over sampled tokens. `advantages` is per token (B, T)."""
+    if beta and ref_logprobs is None:
+        raise ValueError("beta > 0 needs ref_logprobs (the reference model's log-probabilities)")
+    ratio = probability_ratio(logprobs, old_logprobs, mask)
+    token_loss = clipped_surrogate_loss(ratio, advantages, epsilon, epsilon_high)
+    kl = k3_kl(logprobs, ref_logprobs, mask) if ref_logprobs is not None else torch.zeros_like(token_loss)
+    if beta:
+        token_loss = token_loss + beta * kl
+    n_tokens = mask.sum().item() if minibatch_tokens is None else minibatch_tokens
+    n_seqs = mask.shape[0] if minibatch_sequences is None else minibatch_sequences
+    loss = aggregate_loss(token_loss, mask, loss_type, n_tokens, n_seqs, max_completion_length)
+    with torch.no_grad():
+        stats = clip_fraction(ratio.detach(), advantages, mask, epsilon, epsilon_high)
+        stats["ratio_mean"] = masked_mean(ratio.detach(), mask).item()
+        stats["kl"] = masked_mean(kl.detach(), mask).item()
+    return loss, stats
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log pi(target_t) from next-token logits (B, T, V) and targets (B, T), without materialising log_softmax."""
+    logits = logits.float()
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)

@@ -1,0 +1,179 @@
+"""The optimiser wrapper: plain torch AdamW on CPU (and one GPU); accelerate + DeepSpeed ZeRO-2/3 on GPUs.
+
+Both expose the same five operations the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`,
+`save(dir)`, `load(dir)`. DeepSpeed and accelerate are imported lazily and only for `distributed.strategy:
+deepspeed`, with an error that says which extra to install.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+from components.errors import UserError
+
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def require_gpu_extra(module: str, purpose: str) -> None:
+    """Raise a UserError naming the [gpu] extra when `module` is not installed."""
+    if importlib.util.find_spec(module) is None:
+        raise UserError(
+            f"{purpose} needs the '{module}' package, which is not installed. Install the GPU extra on a GPU machine: "
+            f"pip install 'star-pipeline[gpu]' (or pip install {module}); on CPU set "
+            f"rl.distributed.strategy: none and rl.rollout.backend: hf"
+        )
+
+
+def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
+    """Multiplier of the base learning rate at scheduler step s: linear warmup, then constant/linear/cosine decay."""
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if kind == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if kind == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+class TorchOptimizer:
+    """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule."""
+
+    def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
+                 scheduler: str, warmup_steps: int, total_steps: int):
+        import torch
+
+        self.model = model
+        self.max_grad_norm = max_grad_norm
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lr_lambda(scheduler, warmup_steps, total_steps))
+
+    def backward(self, loss, sync: bool = True) -> None:
+        """Accumulate gradients (`sync` marks the last micro-batch of a mini-batch; plain torch needs no marker)."""
+        loss.backward()
+
+    def step(self) -> float:
+        """Clip, apply and clear the accumulated gradients; return the gradient norm before clipping."""
+        import torch
+
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(norm)
+
+    def schedule_step(self) -> None:
+        """Advance the LR schedule by one RL step (also when DAPO found nothing to train on this step)."""
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+            self.scheduler.step()
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def unwrap(self):
+        return self.model
+
+    def save(self, directory: str | Path) -> None:
+        import torch
+
+        torch.save({"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()},
+                   Path(directory) / OPTIMIZER_FILE)
+
+    def load(self, directory: str | Path) -> None:
+        import torch
+
+        state = torch.load(Path(directory) / OPTIMIZER_FILE, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def deepspeed_config(zero_stage: int, max_grad_norm: float, gradient_accumulation_steps: int = 1) -> dict:
+    """A DeepSpeed ZeRO-2/3 config in bf16; batch sizes come from accelerate ("auto")."""
+    return {
+        "bf16": {"enabled": True},
+        "zero_optimization": {
+            "stage": zero_stage,
+            "overlap_comm": True,
+            "contiguous_gradients": True,
+            **({"stage3_gather_16bit_weights_on_model_save": True} if zero_stage == 3 else {}),
+        },
+        "gradient_clipping": max_grad_norm,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "train_micro_batch_size_per_gpu": 1,  # a micro-batch is one padded forward pass; its size is ours
+    }
+
+
+class AccelerateOptimizer:
+    """AdamW under `accelerate` with a DeepSpeed ZeRO plugin (multi-GPU and multi-node through `accelerate launch`).
+
+    Gradient accumulation is ours, not DeepSpeed's: the config says 1 accumulation step (so DeepSpeed never rescales
+    the loss, which `aggregate_loss` already normalised by the whole mini-batch) and `backward(loss, sync=False)`
+    marks the micro-batches before the last one as not being an accumulation boundary.
+    """
+
+    def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
+                 scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int):
+        require_gpu_extra("deepspeed", "rl.distributed.strategy: deepspeed")
+        import torch
+        from accelerate import Accelerator
+        from accelerate.utils import DeepSpeedPlugin
+
+        plugin = DeepSpeedPlugin(hf_ds_config=deepspeed_config(zero_stage, max_grad_norm))
+        self.accelerator = Accelerator(deepspeed_plugin=plugin)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+        # the schedule drives the base optimizer's param groups, which the ZeRO optimizer shares
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(scheduler, warmup_steps, total_steps))
+        self.base_optimizer = optimizer
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+
+    def backward(self, loss, sync: bool = True) -> None:
+        """Backward through the DeepSpeed engine; it reduces gradients and steps only when `sync` is True."""
+        self.accelerator.deepspeed_engine_wrapped.backward(loss, sync_gradients=sync)
+
+    def step(self) -> float:
+        """DeepSpeed stepped (with clipping) in the last `backward`; return its global gradient norm."""
+        norm = self.accelerator.deepspeed_engine_wrapped.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def schedule_step(self) -> None:
+        self.scheduler.step()
+
+    @property
+    def lr(self) -> float:
+        return float(self.base_optimizer.param_groups[0]["lr"])
+
+    def unwrap(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def save(self, directory: str | Path) -> None:
+        import torch
+
+        self.accelerator.save_state(str(Path(directory) / "accelerate"))
+        torch.save({"scheduler": self.scheduler.state_dict()}, Path(directory) / OPTIMIZER_FILE)
+
+    def load(self, directory: str | Path) -> None:
+        import torch
+
+        self.accelerator.load_state(str(Path(directory) / "accelerate"))
+        self.scheduler.load_state_dict(torch.load(Path(directory) / OPTIMIZER_FILE, weights_only=False)["scheduler"])
+
+
+def build_optimizer(model, params, total_steps: int):
+    """The optimiser wrapper for `params.distributed.strategy` (RLParams)."""
+    warmup = int(params.warmup_ratio * total_steps)
+    common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
+                  max_grad_norm=params.max_grad_norm, scheduler=params.lr_scheduler_type,
+                  warmup_steps=warmup, total_steps=total_steps)
+    if params.distributed.strategy == "deepspeed":
+        return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)
+    return TorchOptimizer(model, **common)

@@ -1,0 +1,166 @@
+"""RLParams: the `rl:` section of params/rl.yaml (TRL's names where the meaning is the same).
+
+`algorithm` picks the defaults of the knobs that define it (ALGORITHM_DEFAULTS): a knob that is absent or null in
+the file takes the algorithm's value, a knob given a value keeps it. So
+`dvc exp run -S params/rl.yaml:rl.algorithm=dapo` switches every DAPO knob on, and
+`-S params/rl.yaml:rl.epsilon_high=0.3` still overrides one of them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from components.params import Params
+
+# TRL's loss_type names with the same meaning (TRL's "bnpo" normalises per process, which we never do).
+LOSS_TYPE_ALIASES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
+
+Algorithm = Literal["grpo", "dr_grpo", "dapo", "arpo"]
+
+ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
+    # GRPO: group-normalised advantages, symmetric clip, token-mean over the mini-batch.
+    "grpo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
+             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False}},
+    # Dr.GRPO: no std normalisation; token sum divided by a constant (sequences x max_completion_length).
+    "dr_grpo": {"scale_rewards": "none", "loss_type": "seq-mean-token-sum-norm", "epsilon_high": None,
+                "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False}},
+    # DAPO: clip-higher, dynamic sampling, token-level loss, overlong shaping.
+    "dapo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": 0.28,
+             "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}, "arpo": {"enabled": False}},
+    # ARPO: entropy-guided branching; plain GRPO advantages over each query's M samples.
+    "arpo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
+             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": True}},
+}
+
+
+class RewardParams(Params):
+    """How a strict evaluation becomes a scalar reward (TRAVEL_ENV.md section 6)."""
+
+    kind: Literal["sum", "macro", "success", "curriculum"] = "sum"
+    format_reward: float = 0.0  # for no parseable plan or a protocol failure (0 by default; may be negative)
+    curriculum_boundaries: tuple[float, float] = (1 / 3, 2 / 3)  # SUM before, MACRO between, SUCCESS after
+    weights: dict[str, float] | None = None  # component -> weight for SUM/MACRO (None: equal weights)
+
+
+class DynamicSamplingParams(Params):
+    enabled: bool = False  # null in the file: the algorithm's default
+    max_extra_rounds: int = Field(2, ge=0)  # cap on the extra sampling rounds per step
+
+
+class OverlongParams(Params):
+    enabled: bool = False
+    max_tokens: int = Field(2048, gt=0)  # L_max, counted in sampled (policy) tokens of the whole episode
+    cache_tokens: int = Field(512, ge=0)  # L_cache, the soft zone before L_max
+    coefficient: float = 1.0
+
+
+class ArpoParams(Params):
+    enabled: bool = False
+    budget: int = Field(16, gt=0)  # M: samples per query
+    initial_rollouts: int = Field(8, gt=0)  # N: full rollouts started per query
+    alpha: float = 0.5
+    beta: float = 0.2
+    entropy_tokens: int = Field(20, gt=0)  # k: tokens after a tool response whose entropy is measured
+
+    @model_validator(mode="after")
+    def _n_within_m(self) -> "ArpoParams":
+        if self.initial_rollouts > self.budget:
+            raise ValueError(f"arpo.initial_rollouts ({self.initial_rollouts}) must be <= arpo.budget ({self.budget})")
+        return self
+
+
+class RolloutParams(Params):
+    backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: vllm on a GPU when installed, transformers otherwise
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_turns: int = Field(30, gt=0)
+    max_tokens_per_turn: int = Field(512, gt=0)
+    max_context_tokens: int = Field(8192, gt=0)
+    max_protocol_errors: int = Field(3, gt=0)
+    max_batch_size: int | None = None  # split a turn's generate call into batches of at most this many episodes
+    gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # vLLM, colocated with the trainer
+
+
+class EnvParams(Params):
+    failure_rate: float = Field(0.0, ge=0, le=1)  # injected tool failures (environment-stability ablation)
+
+
+class DistributedParams(Params):
+    strategy: Literal["none", "deepspeed"] = "none"  # deepspeed: accelerate + DeepSpeed ZeRO (needs the [gpu] extra)
+    zero_stage: Literal[2, 3] = 2
+    gradient_checkpointing: bool = False
+
+
+class RLParams(Params):
+    """Everything the `rl` stage reads."""
+
+    algorithm: Algorithm = "grpo"
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    # schedule
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, gt=0)  # overrides epochs when set
+    queries_per_step: int = Field(4, gt=0)
+    num_generations: int = Field(8, gt=1)  # G, trajectories per query (ARPO: arpo.budget instead)
+    # optimisation
+    learning_rate: float = Field(1e-6, gt=0)
+    lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_ratio: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    num_iterations: int = Field(1, gt=0)  # passes over each step's rollouts (TRL's num_iterations; PPO epochs)
+    mini_batch_size: int | None = Field(None, gt=0)  # trajectories per optimizer step (None: the whole step)
+    micro_batch_size: int = Field(4, gt=0)  # trajectories per forward/backward (gradient accumulation)
+    old_logprobs: Literal["recompute", "rollout"] = "recompute"
+    # objective
+    epsilon: float = Field(0.2, ge=0)
+    epsilon_high: float | None = Field(None, ge=0)  # None: = epsilon; DAPO's clip-higher 0.28
+    beta: float = Field(0.0, ge=0)  # KL(pi || ref) coefficient (k3 estimator)
+    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    scale_rewards: Literal["group", "batch", "none"] = "group"
+    max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
+    reward: RewardParams = RewardParams()
+    dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
+    overlong: OverlongParams = OverlongParams()
+    arpo: ArpoParams = ArpoParams()
+    rollout: RolloutParams = RolloutParams()
+    env: EnvParams = EnvParams()
+    distributed: DistributedParams = DistributedParams()
+    # checkpoints
+    checkpoint_every: int = Field(1, gt=0)  # steps between checkpoints
+    keep_checkpoints: int = Field(2, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_defaults(cls, data: Any) -> Any:
+        """Fill the knobs the algorithm defines from ALGORITHM_DEFAULTS unless the file sets them."""
+        if not isinstance(data, dict):
+            return data
+        algorithm = data.get("algorithm", "grpo")
+        defaults = ALGORITHM_DEFAULTS.get(algorithm)
+        if defaults is None:
+            return data  # the Literal check reports the bad name
+        merged = dict(data)
+        for key, value in defaults.items():
+            given = merged.get(key)
+            if isinstance(value, dict) and isinstance(given, dict):
+                merged[key] = {**given, **{k: v for k, v in value.items() if given.get(k) is None}}
+            elif given is None:
+                merged[key] = value
+        if merged.get("loss_type") in LOSS_TYPE_ALIASES:
+            merged["loss_type"] = LOSS_TYPE_ALIASES[merged["loss_type"]]
+        return merged
+
+    @property
+    def group_size(self) -> int:
+        """Trajectories per query: arpo.budget under ARPO, num_generations otherwise."""
+        return self.arpo.budget if self.arpo.enabled else self.num_generations
+
+    def total_steps(self, num_queries: int) -> int:
+        """max_steps, or enough steps for `epochs` passes over the queries."""
+        if self.max_steps is not None:
+            return self.max_steps
+        return max(1, math.ceil(self.epochs * num_queries / self.queries_per_step))

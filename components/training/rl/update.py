@@ -1,0 +1,189 @@
+"""The policy update of one RL step: rollout records -> padded tensors -> clipped-ratio loss -> optimizer steps.
+
+A rollout's sequence is `prompt_ids + response_ids`; its loss mask is 0 on the prompt and `response_mask` on the
+response (1 exactly on tokens the policy sampled, its `<|im_end|>` included; 0 on tool responses and the
+generation prompts that follow them). Every token stays in the attention context. Padding is on the right and out of
+the loss mask; since attention is causal, no real token ever attends to the padding after it, so no attention mask
+is passed (SDPA then takes its fused causal path: 1.5x faster on CPU than with a padding mask, identical logits on
+the real tokens). Log-probabilities are aligned with the ids: position t holds
+log pi(id_t | ids_<t) (position 0 has none and is never trained).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from components.training.rl.advantages import token_advantages
+from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
+
+
+@dataclass
+class Rollout:
+    """One trajectory as the update sees it."""
+
+    input_ids: list[int]
+    loss_mask: list[int]
+    advantage: float
+    old_logprobs: list[float] | None = None  # aligned with input_ids (0 on the prompt); None: recompute
+
+    @property
+    def num_trained(self) -> int:
+        return int(sum(self.loss_mask))
+
+
+def rollout_from_record(record: dict, advantage: float) -> Rollout:
+    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs)."""
+    prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
+    if len(response) != len(mask):
+        raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
+    logprobs = record.get("response_logprobs")
+    old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
+    return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
+                   advantage=float(advantage), old_logprobs=old)
+
+
+def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded (B, T) tensors: input_ids, loss_mask, old_logprobs (0 where unknown), and the (B,) advantages."""
+    width = max(len(r.input_ids) for r in rollouts)
+
+    def pad(values: list, fill) -> list:
+        return list(values) + [fill] * (width - len(values))
+
+    return {
+        "input_ids": torch.tensor([pad(r.input_ids, pad_id) for r in rollouts], dtype=torch.long),
+        "loss_mask": torch.tensor([pad(r.loss_mask, 0) for r in rollouts], dtype=torch.float32),
+        "old_logprobs": torch.tensor([pad(r.old_logprobs or [0.0] * len(r.input_ids), 0.0) for r in rollouts],
+                                     dtype=torch.float32),
+        "advantages": torch.tensor([r.advantage for r in rollouts], dtype=torch.float32),
+    }
+
+
+def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
+                      positions: torch.Tensor | None = None,
+                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, T) log pi(id_t | ids_<t) of right-padded sequences under logits / temperature (0 at t = 0), and with
+    `with_entropy` the mean entropy of the next-token distributions scored.
+
+    With `positions` (a (B, T) 0/1 mask, e.g. the loss mask), the output layer runs only on the hidden states that
+    predict those tokens and every other position holds 0: the (tokens x vocabulary) logits of the tool responses and
+    prompts, which nothing reads, are never built (a real model's vocabulary is 152K wide).
+    """
+    device = next(model.parameters()).device
+    input_ids = input_ids.to(device)
+    targets = input_ids[:, 1:]
+    base = getattr(model, "module", model)  # DeepSpeed/accelerate wrap the model
+    if positions is None:
+        logits = model(input_ids=input_ids).logits[:, :-1].float() / temperature
+        scored = token_logprobs(logits, targets)
+    else:
+        keep = positions[:, 1:].to(device).bool()
+        hidden = base.get_decoder()(input_ids=input_ids).last_hidden_state[:, :-1]
+        logits = base.get_output_embeddings()(hidden[keep]).float() / temperature  # (N, V)
+        picked = token_logprobs(logits.unsqueeze(0), targets[keep].unsqueeze(0)).squeeze(0)
+        scored = torch.zeros(targets.shape, device=device, dtype=picked.dtype).masked_scatter(keep, picked)
+    logprobs = torch.cat([torch.zeros(input_ids.shape[0], 1, device=device, dtype=scored.dtype), scored], dim=1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            rows = logits.detach().reshape(-1, logits.shape[-1])
+            entropy = token_entropy(rows).mean() if rows.numel() else torch.zeros((), device=device)
+    return logprobs, entropy
+
+
+def by_length(indices: Sequence[int], rollouts: Sequence[Rollout]) -> list[int]:
+    """`indices` sorted by sequence length, so micro-batches hold sequences of similar length (less padding)."""
+    return sorted(indices, key=lambda i: len(rollouts[i].input_ids))
+
+
+def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+@torch.no_grad()
+def fill_logprobs(model, rollouts: Sequence[Rollout], micro_batch_size: int, pad_id: int, temperature: float,
+                  overwrite: bool) -> list[list[float]]:
+    """Log-probabilities of the trained tokens of every rollout under `model` (no gradient; 0 at untrained
+    positions, which nothing reads), e.g. pi_old before the update or pi_ref. With `overwrite`, they also become
+    the rollouts' `old_logprobs`."""
+    out: list[list[float]] = [[] for _ in rollouts]
+    for positions in chunks(by_length(range(len(rollouts)), rollouts), micro_batch_size):
+        batch = pad_batch([rollouts[p] for p in positions], pad_id)
+        logprobs, _ = sequence_logprobs(model, batch["input_ids"], temperature, positions=batch["loss_mask"])
+        for position, row in zip(positions, logprobs.cpu()):
+            out[position] = row[: len(rollouts[position].input_ids)].tolist()
+            if overwrite:
+                rollouts[position].old_logprobs = out[position]
+    return out
+
+
+@dataclass
+class UpdateConfig:
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    beta: float = 0.0
+    loss_type: str = "token-mean"
+    max_completion_length: int = 4096
+    num_iterations: int = 1
+    mini_batch_size: int | None = None
+    micro_batch_size: int = 4
+    temperature: float = 1.0
+    recompute_old_logprobs: bool = True
+
+
+def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
+                  ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
+    """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
+    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
+    if not rollouts:
+        return {"optimizer_steps": 0}
+    recompute = config.recompute_old_logprobs or any(r.old_logprobs is None for r in rollouts)
+    if recompute:
+        fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True)
+    totals: dict[str, float] = {}
+    weight = 0.0
+    grad_norms = []
+    model.train()
+    mini_size = config.mini_batch_size or len(rollouts)
+    for _ in range(config.num_iterations):
+        for mini_start in range(0, len(rollouts), mini_size):
+            minibatch = rollouts[mini_start:mini_start + mini_size]
+            tokens = sum(r.num_trained for r in minibatch)
+            order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
+            micros = list(chunks(order, config.micro_batch_size))
+            for j, positions in enumerate(micros):
+                micro = [rollouts[p] for p in positions]
+                batch = pad_batch(micro, pad_id)
+                logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
+                                                      positions=batch["loss_mask"], with_entropy=True)
+                device = logprobs.device
+                mask = batch["loss_mask"].to(device)
+                ref = None
+                if ref_logprobs is not None:
+                    width = mask.shape[1]
+                    ref = torch.tensor([ref_logprobs[p] + [0.0] * (width - len(ref_logprobs[p])) for p in positions],
+                                       device=device)
+                advantages = token_advantages(batch["advantages"].to(device), mask)
+                loss, stats = policy_loss(
+                    logprobs, batch["old_logprobs"].to(device), advantages, mask, epsilon=config.epsilon,
+                    epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,
+                    minibatch_tokens=tokens, minibatch_sequences=len(minibatch),
+                    max_completion_length=config.max_completion_length)
+                optimizer.backward(loss, sync=j == len(micros) - 1)
+                n = float(mask.sum().item())
+                stats["entropy"] = entropy.item()
+                stats["loss"] = loss.item()
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + (value if key == "loss" else value * n)
+                weight += n
+            grad_norms.append(optimizer.step())
+    steps = max(1, len(grad_norms))
+    out = {key: (value / steps if key == "loss" else value / max(weight, 1.0)) for key, value in totals.items()}
+    out["grad_norm"] = sum(grad_norms) / steps
+    out["optimizer_steps"] = len(grad_norms)
+    out["trained_tokens"] = sum(r.num_trained for r in rollouts) * config.num_iterations
+    passes = config.num_iterations + int(recompute)  # forward(+backward) passes over every sequence
+    out["processed_tokens"] = sum(len(r.input_ids) for r in rollouts) * passes
+    return out

@@ -1,0 +1,74 @@
+"""WeightSync: keep the rollout engine's weights equal to the trainer's after every update.
+
+- transformers rollouts (CPU, tests): the engine samples with the trained model object itself: nothing to do.
+- vLLM rollouts (GPU, colocated): after each update, stream the trainer's parameters into the vLLM model with
+  `load_weights` (gathered first under DeepSpeed ZeRO-3, where each rank holds a shard) and reset the prefix cache,
+  whose cached keys/values were computed with the old weights. Pin the vLLM version in the [gpu] extra: the path to
+  the model inside the engine is not a stable API.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+
+class NoWeightSync:
+    """The engine is the trained model."""
+
+    def push(self, model) -> int:
+        return 0
+
+
+def gathered_parameters(model) -> Iterator[tuple[str, object]]:
+    """(name, full tensor) for every parameter; under ZeRO-3 each one is gathered from its shards first."""
+    zero3 = any(hasattr(p, "ds_id") for p in model.parameters())
+    for name, param in model.named_parameters():
+        if zero3:
+            import deepspeed
+
+            ctx = deepspeed.zero.GatheredParameters([param], modifier_rank=None)
+        else:
+            ctx = contextlib.nullcontext()
+        with ctx:
+            yield name, param.data
+
+
+def vllm_inner_model(llm):
+    """The torch module inside a colocated vLLM engine (V0 and V1 single-process layouts)."""
+    executor = llm.llm_engine.model_executor
+    worker = getattr(executor, "driver_worker", None)
+    for path in (("model_runner", "model"), ("worker", "model_runner", "model")):
+        node = worker
+        for attr in path:
+            node = getattr(node, attr, None)
+        if node is not None:
+            return node
+    raise RuntimeError(
+        "cannot reach the model inside this vLLM engine to load weights: use the vLLM version pinned in the [gpu] "
+        "extra, colocated in one process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
+    )
+
+
+class VLLMWeightSync:
+    """Push trainer weights into a colocated vLLM engine (`VLLMPolicy.llm`)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self.pushes = 0
+
+    def push(self, model) -> int:
+        """Load every parameter into vLLM; return the number of tensors sent."""
+        inner = vllm_inner_model(self.llm)
+        sent = 0
+        for name, tensor in gathered_parameters(model):
+            inner.load_weights([(name, tensor)])
+            sent += 1
+        self.llm.reset_prefix_cache()
+        self.pushes += 1
+        return sent
+
+
+def build_weight_sync(policy):
+    """VLLMWeightSync for a vLLM policy, NoWeightSync otherwise."""
+    llm = getattr(policy, "llm", None)
+    return VLLMWeightSync(llm) if llm is not None else NoWeightSync()

@@ -1,0 +1,45 @@
+"""`star rl`: reinforcement learning (GRPO / Dr.GRPO / DAPO / ARPO) from the SFT checkpoint in the travel sandbox.
+Heavy libraries are imported inside the handler."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+REGISTERED_NAME = "star-rl"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `star rl` to the CLI."""
+    parser = subparsers.add_parser("rl", help="RL with multi-turn rollouts and the STAR rewards (resumable)")
+    parser.add_argument("--params", default="params/rl.yaml", type=Path)
+    parser.add_argument("--model", default="models/sft", type=Path, help="checkpoint to start from (the SFT model)")
+    parser.add_argument("--world", default="data/world", type=Path)
+    parser.add_argument("--queries", default="data/queries/rl.jsonl", type=Path)
+    parser.add_argument("--out", default="models/rl", type=Path, help="where the final Hugging Face checkpoint goes")
+    parser.add_argument("--checkpoints", default="checkpoints/rl", type=Path,
+                        help="resumable checkpoints (a persist: true DVC output); a run resumes from the newest")
+    parser.add_argument("--metrics", default="metrics/rl.json", type=Path)
+    parser.add_argument("--plots", default="plots/rl", type=Path, help="folder of rewards.csv (one row per step)")
+    parser.add_argument("--no-register", action="store_true", help="log the model without registering a version")
+    parser.set_defaults(handler=rl)
+
+
+def rl(args: argparse.Namespace) -> int:
+    """Run the rl stage inside one MLflow child run: every step's metrics, then the reward curve and the model."""
+    from components import tracking
+    from components.params import load_section
+    from components.training.rl.params import RLParams
+    from components.training.rl.trainer import RLPaths, train
+
+    params = load_section(args.params, "rl", RLParams)
+    paths = RLPaths(model=args.model, world=args.world, queries=args.queries, out=args.out,
+                    checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots)
+    with tracking.stage_run("rl", params=params, tags={"star.base_model": str(args.model),
+                                                       "star.rl.algorithm": params.algorithm}) as run:
+        summary = train(params, paths, log=run.log_metrics)
+        run.log_metrics({f"summary.{k}": v for k, v in summary.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        run.log_artifact(paths.metrics)
+        run.log_artifact(paths.rewards_csv)
+        run.log_model(paths.out, registered_name=None if args.no_register else REGISTERED_NAME)
+    return 0

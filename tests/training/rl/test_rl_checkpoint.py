@@ -1,0 +1,130 @@
+"""Checkpoints are atomic and resumable; the data cursor reproduces the batches; params choose the algorithm."""
+import json
+import random
+
+import pytest
+import torch
+
+from components.training.rl import checkpoint as ckpt
+from components.training.rl.cursor import QueryCursor
+from components.training.rl.optim import TorchOptimizer, lr_lambda
+from components.training.rl.params import RLParams
+
+
+def save_dummy(root, step, keep=3):
+    def model(d):
+        (d / "model.txt").write_text(f"weights {step}")
+
+    def optimizer(d):
+        (d / "optimizer.pt").write_text("opt")
+
+    return ckpt.save_checkpoint(root, ckpt.TrainState(step=step, cursor={"position": step * 2},
+                                                      history=[{"step": s} for s in range(1, step + 1)]),
+                                model, optimizer, keep=keep)
+
+
+def test_newest_complete_checkpoint_wins_and_partial_ones_are_ignored_then_removed(tmp_path):
+    save_dummy(tmp_path, 1)
+    save_dummy(tmp_path, 2)
+    partial = tmp_path / "step-00000003.tmp-999"  # a run killed while writing step 3
+    partial.mkdir()
+    (partial / "model.txt").write_text("half")
+    incomplete = tmp_path / "step-00000004"  # no state.json: never counted
+    incomplete.mkdir()
+    assert ckpt.newest_checkpoint(tmp_path).name == "step-00000002"
+    state = ckpt.load_state(ckpt.newest_checkpoint(tmp_path))
+    assert (state.step, state.cursor, len(state.history)) == (2, {"position": 4}, 2)
+    assert ckpt.remove_partial(tmp_path) == [partial] and not partial.exists()
+
+
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    for step in range(1, 5):
+        save_dummy(tmp_path, step, keep=2)
+    assert [p.name for _, p in ckpt.complete_checkpoints(tmp_path)] == ["step-00000003", "step-00000004"]
+
+
+def test_rng_states_round_trip(tmp_path):
+    save_dummy(tmp_path, 1)
+    expected = (random.random(), torch.rand(1).item())
+    ckpt.restore_checkpoint_rng(tmp_path / "step-00000001")
+    assert (random.random(), torch.rand(1).item()) == expected
+
+
+def test_the_cursor_resumes_exactly_where_it_stopped_across_epochs():
+    full = QueryCursor(num_queries=5, seed=3)
+    uninterrupted = [full.next_batch(2) for _ in range(6)]
+    first = QueryCursor(num_queries=5, seed=3)
+    before = [first.next_batch(2) for _ in range(3)]
+    resumed = QueryCursor.from_state(json.loads(json.dumps(first.state())), num_queries=5, seed=3)
+    after = [resumed.next_batch(2) for _ in range(3)]
+    assert before + after == uninterrupted
+    assert sorted(sum(uninterrupted[:2], []) + uninterrupted[2][:1]) == [0, 1, 2, 3, 4]  # an epoch covers every query
+
+
+def test_a_cursor_from_another_query_set_is_refused():
+    with pytest.raises(ValueError, match="same --queries"):
+        QueryCursor.from_state({"position": 3, "num_queries": 10}, num_queries=7, seed=0)
+
+
+def test_optimizer_and_schedule_state_round_trip(tmp_path):
+    model = torch.nn.Linear(2, 1)
+    opt = TorchOptimizer(model, 0.1, 0.0, 1.0, "cosine", warmup_steps=1, total_steps=4)
+    model(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    opt.schedule_step()
+    opt.save(tmp_path)
+    again = TorchOptimizer(model, 0.1, 0.0, 1.0, "cosine", warmup_steps=1, total_steps=4)
+    again.load(tmp_path)
+    assert again.lr == pytest.approx(opt.lr) and again.scheduler.last_epoch == 1
+
+
+def test_learning_rate_schedules():
+    assert [round(lr_lambda("cosine", 2, 6)(s), 3) for s in range(7)] == [0.5, 1.0, 1.0, 0.854, 0.5, 0.146, 0.0]
+    assert [lr_lambda("linear", 0, 4)(s) for s in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
+    assert lr_lambda("constant", 0, 4)(3) == 1.0
+
+
+@pytest.mark.parametrize("algorithm, expected", [
+    ("grpo", ("group", "token-mean", None, False, False)),
+    ("dr_grpo", ("none", "seq-mean-token-sum-norm", None, False, False)),
+    ("dapo", ("group", "token-mean", 0.28, True, False)),
+    ("arpo", ("group", "token-mean", None, False, True)),
+])
+def test_the_algorithm_sets_the_defaults_of_its_knobs(algorithm, expected):
+    p = RLParams.model_validate({"algorithm": algorithm})
+    assert (p.scale_rewards, p.loss_type, p.epsilon_high, p.dynamic_sampling.enabled, p.arpo.enabled) == expected
+
+
+def test_explicit_knobs_win_over_the_algorithm_defaults_and_trl_names_are_accepted():
+    p = RLParams.model_validate({"algorithm": "dapo", "epsilon_high": 0.3, "dynamic_sampling": {"max_extra_rounds": 5},
+                                 "loss_type": "grpo"})
+    assert (p.epsilon_high, p.dynamic_sampling.enabled, p.dynamic_sampling.max_extra_rounds, p.loss_type) == \
+        (0.3, True, 5, "seq-mean-token-mean")
+
+
+def test_bad_params_name_the_key(tmp_path):
+    from components.params import ParamsError, load_section
+
+    path = tmp_path / "rl.yaml"
+    path.write_text("rl:\n  algorithm: ppo\n")
+    with pytest.raises(ParamsError, match="rl.algorithm"):
+        load_section(path, "rl", RLParams)
+    path.write_text("rl:\n  arpo: {budget: 4, initial_rollouts: 8}\n")
+    with pytest.raises(ParamsError, match="initial_rollouts"):
+        load_section(path, "rl", RLParams)
+
+
+def test_switching_the_algorithm_in_the_shipped_params_file_switches_its_knobs():
+    import yaml
+
+    from components.params import parse_section
+
+    from pathlib import Path
+
+    data = yaml.safe_load((Path(__file__).resolve().parents[3] / "params" / "rl.yaml").read_text())
+    assert parse_section(data, "rl", RLParams).algorithm == "grpo"
+    data["rl"]["algorithm"] = "dapo"
+    dapo = parse_section(data, "rl", RLParams)
+    assert (dapo.epsilon_high, dapo.dynamic_sampling.enabled, dapo.overlong.enabled) == (0.28, True, True)
+    data["rl"]["algorithm"] = "dr_grpo"
+    assert parse_section(data, "rl", RLParams).scale_rewards == "none"

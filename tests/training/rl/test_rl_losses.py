@@ -1,0 +1,103 @@
+"""The clipped objective, KL, entropy and loss aggregation on hand-made tensors (numbers worked out by hand)."""
+import math
+
+import pytest
+import torch
+
+from components.training.rl.losses import (
+    aggregate_loss,
+    clip_fraction,
+    clipped_surrogate_loss,
+    k3_kl,
+    policy_loss,
+    probability_ratio,
+    token_entropy,
+    token_logprobs,
+)
+
+
+def test_clipped_objective_takes_the_pessimistic_term():
+    ratio = torch.tensor([0.5, 0.9, 1.1, 1.5, 1.5, 0.5])
+    adv = torch.tensor([1.0, 1.0, 1.0, 1.0, -1.0, -1.0])
+    # A>0: min(r, clip(r,0.8,1.2)) -> 0.5, 0.9, 1.1, 1.2 ; A<0: min(-r, -clip(r)) -> -1.5, -0.8
+    assert clipped_surrogate_loss(ratio, adv, 0.2).tolist() == pytest.approx([-0.5, -0.9, -1.1, -1.2, 1.5, 0.8])
+
+
+def test_clip_higher_widens_only_the_upper_bound():
+    ratio = torch.tensor([1.25, 1.5, 0.7])
+    adv = torch.tensor([1.0, 1.0, -1.0])
+    # upper bound 1.28 (DAPO): 1.25 unclipped, 1.5 -> 1.28; lower bound still 0.8: -max(0.7, 0.8) = -0.8 -> loss 0.8
+    assert clipped_surrogate_loss(ratio, adv, 0.2, 0.28).tolist() == pytest.approx([-1.25, -1.28, 0.8])
+
+
+def test_clip_fraction_counts_only_tokens_whose_gradient_was_clipped_away():
+    ratio = torch.tensor([[1.5, 1.5, 0.5, 0.5, 1.0, 9.0]])
+    adv = torch.tensor([[1.0, -1.0, -1.0, 1.0, 1.0, 1.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0]])  # the last token is masked: never counted
+    stats = clip_fraction(ratio, adv, mask, 0.2)
+    assert stats == pytest.approx({"clip_fraction_low": 0.2, "clip_fraction_high": 0.2, "clip_fraction": 0.4})
+
+
+def test_k3_kl_matches_the_formula_and_is_zero_on_masked_tokens():
+    logp = torch.tensor([[math.log(0.5), math.log(0.2), 0.0]])
+    ref = torch.tensor([[math.log(0.25), math.log(0.2), -100.0]])
+    mask = torch.tensor([[1, 1, 0]])
+    # token 0: d = log(0.5) -> exp(d) - d - 1 = 0.5 + log 2 - 1 ; token 1: identical -> 0 ; token 2: masked -> 0
+    assert k3_kl(logp, ref, mask)[0].tolist() == pytest.approx([0.5 + math.log(2) - 1, 0.0, 0.0])
+
+
+def test_entropy_of_uniform_and_deterministic_distributions():
+    logits = torch.tensor([[0.0, 0.0, 0.0, 0.0], [100.0, 0.0, 0.0, 0.0]])
+    assert token_entropy(logits).tolist() == pytest.approx([math.log(4), 0.0], abs=1e-6)
+
+
+def test_token_logprobs_pick_the_target_under_log_softmax():
+    logits = torch.tensor([[[0.0, math.log(3.0)], [0.0, 0.0]]])
+    targets = torch.tensor([[1, 0]])
+    assert token_logprobs(logits, targets)[0].tolist() == pytest.approx([math.log(0.75), math.log(0.5)])
+
+
+def test_token_mean_divides_by_the_whole_minibatch_token_count_across_micro_batches():
+    # mini-batch of two micro-batches: 3 + 1 sampled tokens; token-mean = (1+2+3+10)/4 = 4
+    loss_a, mask_a = torch.tensor([[1.0, 2.0, 3.0]]), torch.tensor([[1, 1, 1]])
+    loss_b, mask_b = torch.tensor([[10.0, 99.0, 99.0]]), torch.tensor([[1, 0, 0]])
+    parts = [aggregate_loss(l, m, "token-mean", minibatch_tokens=4, minibatch_sequences=2, max_completion_length=3)
+             for l, m in [(loss_a, mask_a), (loss_b, mask_b)]]
+    assert sum(parts).item() == pytest.approx(4.0)
+    # dividing per micro-batch and averaging would give (2 + 10) / 2 = 6: the bug this guards against
+    assert sum(parts).item() != pytest.approx(6.0)
+
+
+def test_seq_mean_token_mean_and_dr_grpo_constant():
+    loss = torch.tensor([[1.0, 2.0, 3.0], [10.0, 99.0, 99.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    seq_mean = aggregate_loss(loss, mask, "seq-mean-token-mean", 4, 2, 3)
+    assert seq_mean.item() == pytest.approx((2.0 + 10.0) / 2)
+    dr = aggregate_loss(loss, mask, "seq-mean-token-sum-norm", 4, 2, 3)
+    assert dr.item() == pytest.approx(16.0 / (2 * 3))
+    assert aggregate_loss(loss, mask, "dr_grpo", 4, 2, 3).item() == pytest.approx(dr.item())  # TRL's name
+
+
+def test_masked_logprobs_never_leak_into_ratios_or_gradients():
+    logp = torch.tensor([[-1.0, -2.0, float("-inf")]], requires_grad=True)
+    old = torch.tensor([[-1.0, float("nan"), -3.0]])
+    mask = torch.tensor([[1, 0, 0]])
+    assert probability_ratio(logp, old, mask).tolist() == [[1.0, 1.0, 1.0]]
+    adv = torch.tensor([[1.0, 1.0, 1.0]])
+    loss, stats = policy_loss(logp, old, adv, mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-1.0)
+    assert logp.grad.tolist() == [[-1.0, 0.0, 0.0]]  # d(-r*A)/dlogp = -r*A = -1 on the sampled token only
+    assert stats["ratio_mean"] == pytest.approx(1.0)
+
+
+def test_policy_loss_adds_beta_times_kl():
+    logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+    ref = torch.tensor([[math.log(0.25)]])
+    adv = torch.tensor([[0.0]])
+    mask = torch.tensor([[1]])
+    loss, stats = policy_loss(logp, logp.detach(), adv, mask, beta=0.1, ref_logprobs=ref)
+    assert loss.item() == pytest.approx(0.1 * (0.5 + math.log(2) - 1))
+    assert stats["kl"] == pytest.approx(0.5 + math.log(2) - 1)
+    with pytest.raises(ValueError, match="ref_logprobs"):
+        policy_loss(logp, logp.detach(), adv, mask, beta=0.1)
