@@ -8,6 +8,15 @@ tokenizer it also builds `prompt_ids`/`response_ids`/`response_mask`/`response_l
 
 Any environment with `reset() -> messages` and `step(text) -> Step` (observation, done, info) works: the travel
 episode and the QA episode share this loop; each brings its own `evaluate` callback.
+
+`run_episodes` is built on a small public stepping API, which code that must step episodes itself (ARPO's branching
+rollouts copy an episode mid-way) uses too, so there is no second loop:
+
+    state = start_episode(episode, tokenizer)           # reset the env; EpisodeState holds messages, record, ids
+    reason = limit_at_start(state, limits, tokenizer)   # an episode that cannot take a single turn
+    results = generate_turns(policy, states, limits, tokenizer)   # one batched generate (next_request per state)
+    reason = advance_episode(state, result, limits, tokenizer)    # step the env; the termination reason or None
+    record = finish_episode(state, reason, tokenizer, evaluate)   # close and evaluate the trajectory record
 """
 from __future__ import annotations
 
@@ -65,8 +74,9 @@ Evaluate = Callable[[Episode, dict], Any]
 
 
 @dataclass
-class _Running:
-    """Mutable state of one episode while it runs."""
+class EpisodeState:
+    """Mutable state of one running episode: its messages, the record being built and (with a tokenizer) the token
+    segments so far. A deep copy is a complete snapshot (ARPO branches from one)."""
 
     episode: Episode
     messages: list[dict]
@@ -77,7 +87,13 @@ class _Running:
     response_logprobs: list[float] | None = field(default_factory=list)
 
     def context_length(self) -> int:
+        """Tokens in the context so far (prompt + response segments); 0 without a tokenizer."""
         return len(self.prompt_ids or []) + len(self.response_ids)
+
+    def after_tool_response(self) -> bool:
+        """Whether the next turn is generated right after a tool response (the last turn was a tool call)."""
+        turns = self.record["turns"]
+        return bool(turns) and turns[-1]["kind"] == "tool"
 
 
 def new_record(episode: Episode, messages: list[dict]) -> dict:
@@ -118,15 +134,30 @@ def sampled_segment(tokenizer: tok.Tokenizer, result: TurnResult) -> tuple[list[
     return tok.assistant_ids(tokenizer, result.text, finished=result.finished), None
 
 
-def _start(episode: Episode, tokenizer: tok.Tokenizer | None) -> _Running:
+# ---- the stepping API: run_episodes is built on these, and so is anything that steps episodes itself (ARPO) ------
+
+def start_episode(episode: Episode, tokenizer: tok.Tokenizer | None = None) -> EpisodeState:
+    """Reset the episode's environment and return its running state (with the prompt ids when tokenizing)."""
     messages = [dict(m) for m in episode.env.reset()]
-    state = _Running(episode=episode, messages=messages, record=new_record(episode, messages))
+    state = EpisodeState(episode=episode, messages=messages, record=new_record(episode, messages))
     if tokenizer is not None:
         state.prompt_ids = tok.prompt_ids(tokenizer, messages)
     return state
 
 
-def _request(state: _Running, limits: Limits, tokenizer: tok.Tokenizer | None) -> TurnRequest:
+def limit_at_start(state: EpisodeState, limits: Limits, tokenizer: tok.Tokenizer | None = None) -> str | None:
+    """The termination reason of an episode that cannot take a single turn (its prompt fills the context, or no
+    turns are allowed); None when it can start."""
+    if tokenizer is not None and state.context_length() >= limits.max_context_tokens:
+        return "context_limit"
+    if limits.max_turns <= 0:
+        return "turn_limit"
+    return None
+
+
+def next_request(state: EpisodeState, limits: Limits, tokenizer: tok.Tokenizer | None = None) -> TurnRequest:
+    """The request for the episode's next assistant turn; with a tokenizer it carries the whole context's ids and
+    asks for no more new tokens than the context has room for."""
     max_new = limits.max_tokens_per_turn
     token_ids = None
     if tokenizer is not None:
@@ -141,7 +172,18 @@ def _request(state: _Running, limits: Limits, tokenizer: tok.Tokenizer | None) -
     )
 
 
-def _append_sampled(state: _Running, tokenizer: tok.Tokenizer, result: TurnResult) -> None:
+def generate_turns(policy: Policy, states: list[EpisodeState], limits: Limits,
+                   tokenizer: tok.Tokenizer | None = None) -> list[TurnResult]:
+    """The next turn of every state in ONE `policy.generate` call (in order)."""
+    if not states:
+        return []
+    results = policy.generate([next_request(state, limits, tokenizer) for state in states])
+    if len(results) != len(states):
+        raise RuntimeError(f"policy returned {len(results)} turns for {len(states)} requests")
+    return results
+
+
+def _append_sampled(state: EpisodeState, tokenizer: tok.Tokenizer, result: TurnResult) -> None:
     ids, logprobs = sampled_segment(tokenizer, result)
     state.response_ids.extend(ids)
     state.response_mask.extend([1] * len(ids))
@@ -152,7 +194,7 @@ def _append_sampled(state: _Running, tokenizer: tok.Tokenizer, result: TurnResul
             state.response_logprobs.extend(logprobs)
 
 
-def _append_observation(state: _Running, tokenizer: tok.Tokenizer, observation: str) -> None:
+def _append_observation(state: EpisodeState, tokenizer: tok.Tokenizer, observation: str) -> None:
     ids = tok.tool_segment_ids(tokenizer, observation)
     state.response_ids.extend(ids)
     state.response_mask.extend([0] * len(ids))
@@ -160,8 +202,10 @@ def _append_observation(state: _Running, tokenizer: tok.Tokenizer, observation: 
         state.response_logprobs.extend([0.0] * len(ids))
 
 
-def _advance(state: _Running, result: TurnResult, limits: Limits, tokenizer: tok.Tokenizer | None) -> str | None:
-    """Apply one sampled turn; return the termination reason if the episode ended."""
+def advance_episode(state: EpisodeState, result: TurnResult, limits: Limits,
+                    tokenizer: tok.Tokenizer | None = None) -> str | None:
+    """Apply one sampled turn (step the environment, update the record and token segments); return the termination
+    reason if the episode ended, else None."""
     record = state.record
     state.messages.append({"role": "assistant", "content": result.text})
     record["num_turns"] += 1
@@ -198,7 +242,9 @@ def _advance(state: _Running, result: TurnResult, limits: Limits, tokenizer: tok
     return None
 
 
-def _finish(state: _Running, termination: str, tokenizer: tok.Tokenizer | None, evaluate: Evaluate | None) -> dict:
+def finish_episode(state: EpisodeState, termination: str, tokenizer: tok.Tokenizer | None = None,
+                   evaluate: Evaluate | None = None) -> dict:
+    """Close the record: the termination reason, the token fields (with a tokenizer) and the evaluation."""
     record = state.record
     record["termination"] = termination
     if tokenizer is not None:
@@ -228,31 +274,28 @@ def run_episodes(
     from tqdm.auto import tqdm
 
     records: list[dict | None] = [None] * len(episodes)
-    active: list[tuple[int, _Running]] = []
+    active: list[tuple[int, EpisodeState]] = []
     bar = tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress)
 
-    def finish(position: int, state: _Running, reason: str) -> None:
-        records[position] = _finish(state, reason, tokenizer, evaluate)
+    def finish(position: int, state: EpisodeState, reason: str) -> None:
+        records[position] = finish_episode(state, reason, tokenizer, evaluate)
         if on_finished is not None:
             on_finished(records[position])
         bar.update(1)
 
     for position, episode in enumerate(episodes):
-        state = _start(episode, tokenizer)
-        if tokenizer is not None and state.context_length() >= limits.max_context_tokens:
-            finish(position, state, "context_limit")
-        elif limits.max_turns <= 0:
-            finish(position, state, "turn_limit")
-        else:
+        state = start_episode(episode, tokenizer)
+        reason = limit_at_start(state, limits, tokenizer)
+        if reason is None:
             active.append((position, state))
+        else:
+            finish(position, state, reason)
     try:
         while active:
-            results = policy.generate([_request(state, limits, tokenizer) for _, state in active])
-            if len(results) != len(active):
-                raise RuntimeError(f"policy returned {len(results)} turns for {len(active)} requests")
+            results = generate_turns(policy, [state for _, state in active], limits, tokenizer)
             still_active = []
             for (position, state), result in zip(active, results):
-                reason = _advance(state, result, limits, tokenizer)
+                reason = advance_episode(state, result, limits, tokenizer)
                 if reason is None:
                     still_active.append((position, state))
                 else:

@@ -2,12 +2,12 @@
 name) as a token policy, the same code for base, SFT, RL and any Hugging Face checkpoint a user names."""
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
+from components.agent.backends import Sampling, checkpoint_policy
 from components.agent.loop import Limits
 from components.params import Params
 
@@ -38,35 +38,14 @@ class DecodingParams(Params):
     gpu_memory_utilization: float = Field(0.8, gt=0.0, le=1.0)
 
 
-def resolve_backend(backend: str) -> str:
-    """`hf` or `vllm`: `auto` picks vLLM when a CUDA GPU is visible and the vllm package is installed."""
-    if backend != "auto":
-        return backend
-    if importlib.util.find_spec("vllm") is None:
-        return "hf"
-    import torch
-
-    return "vllm" if torch.cuda.is_available() else "hf"
-
-
 def load_checkpoint_policy(model: str | Path, decoding: DecodingParams, max_model_len: int | None = None):
     """(policy, tokenizer) for `model` with the decoding params; temperature 0 means greedy decoding."""
     from components.models.loading import load_tokenizer
 
     greedy = decoding.temperature <= 0
-    temperature = decoding.temperature if not greedy else 1.0
+    sampling = Sampling(temperature=decoding.temperature if not greedy else 1.0, top_p=decoding.top_p,
+                        greedy=greedy, seed=decoding.seed, max_batch_size=decoding.batch_size, dtype=decoding.dtype,
+                        gpu_memory_utilization=decoding.gpu_memory_utilization, max_model_len=max_model_len)
     tokenizer = load_tokenizer(model)
-    if resolve_backend(decoding.backend) == "vllm":
-        from components.agent.vllm_backend import VLLMPolicy
-
-        policy = VLLMPolicy(str(model), tokenizer=tokenizer, temperature=temperature, top_p=decoding.top_p,
-                            greedy=greedy, seed=decoding.seed, dtype=decoding.dtype, max_model_len=max_model_len,
-                            gpu_memory_utilization=decoding.gpu_memory_utilization)
-        return policy, tokenizer
-    from components.agent.hf import HFPolicy
-    from components.models.loading import load_policy_model
-
-    network = load_policy_model(model, dtype=decoding.dtype, device=decoding.device)
-    policy = HFPolicy(network, tokenizer, temperature=temperature, top_p=decoding.top_p, greedy=greedy,
-                      seed=decoding.seed, max_batch_size=decoding.batch_size)
+    policy = checkpoint_policy(model, tokenizer, sampling, backend=decoding.backend, device=decoding.device)
     return policy, tokenizer

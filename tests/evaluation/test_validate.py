@@ -109,13 +109,14 @@ def test_grounding_counts_the_plan_entities_the_agent_read_in_an_observation():
     assert grounding({"plan": None, "messages": []}) is None
 
 
-def test_an_answer_that_is_no_plan_is_delivered_but_fails_and_no_answer_is_not_delivered(tiny_world, make_queries):
+def test_neither_an_answer_that_is_no_plan_nor_no_answer_is_delivered(tiny_world, make_queries):
     queries = make_queries(tiny_world)
     answered, _ = run_validation(tiny_world, queries[:1], ScriptedPolicy("<think>x</think><answer>no idea</answer>"),
                                  Limits(max_turns=2), progress=False)
     silent, metrics = run_validation(tiny_world, queries[:1], ScriptedPolicy("<think>hmm</think>"),
                                      Limits(max_turns=2, max_protocol_errors=1), progress=False)
 
-    assert answered[0]["plan"] is None and answered[0]["evaluation"]["strict"]["delivered"] is True
+    assert answered[0]["plan"] is None and answered[0]["evaluation"]["strict"]["delivered"] is False
+    assert "no plan delivered" in answered[0]["evaluation"]["strict"]["commonsense"]["is_not_absent"]["reason"]
     assert answered[0]["evaluation"]["strict"]["final_pass"] is False
     assert silent[0]["termination"] == "protocol_errors" and metrics["strict"]["delivery_rate"] == 0.0

@@ -3,9 +3,10 @@
 Two ways to roll out, one loop:
 - `groups(queries, G)`: every episode of the step runs in lockstep through `run_episodes` (one batched generate
   call per turn over all active episodes).
-- ARPO (`start` / `advance` / `branch`, the `BranchingEngine` that `arpo.arpo_rollouts` drives): the same loop
-  steps (`loop._start/_request/_advance/_finish`), one turn per round, so that an episode can be copied right after
-  a tool response (prefix ids, masks, logprobs, counters, messages and environment state) and branch.
+- ARPO (`start` / `advance` / `branch`, the `BranchingEngine` that `arpo.arpo_rollouts` drives): the loop's public
+  stepping API (`loop.start_episode/generate_turns/advance_episode/finish_episode`), one turn per round, so that an
+  episode can be copied right after a tool response (prefix ids, masks, logprobs, counters, messages and
+  environment state) and branch.
 
 Backends: transformers (`HFPolicy`, CPU and small GPU runs; the engine samples with the very model being trained,
 so no weight sync is needed) or vLLM on a GPU (`components.agent.vllm_backend.VLLMPolicy` on a colocated engine, weights
@@ -15,13 +16,12 @@ Token-in/token-out: ids are never re-derived from the rendered chat.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from components.agent import loop
+from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
 from components.agent.types import TurnResult
 from components.training.rl.arpo import TurnInfo, segment_entropy
 from components.training.rl.rewards import strict_evaluation
@@ -41,14 +41,14 @@ class BranchableEpisode:
     """An episode stepped turn by turn for ARPO: the loop's running state plus the copy taken at the last tool
     response (the branch point)."""
 
-    state: Any  # loop._Running
-    branch_point: Any = None  # copy of `state` just before the turn generated after the last tool response
+    state: loop.EpisodeState
+    branch_point: loop.EpisodeState | None = None  # copy of `state` just before the turn after the last tool response
     record: dict | None = None  # the finished trajectory record
     branches: int = 0
     meta: dict = field(default_factory=dict)
 
 
-def copy_running(state, world) -> Any:
+def copy_running(state: loop.EpisodeState, world) -> loop.EpisodeState:
     """A deep copy of a running episode that shares the (immutable, large) world instead of copying it."""
     return copy.deepcopy(state, memo={id(world): world})
 
@@ -105,36 +105,35 @@ class RolloutEngine:
 
     # ---- ARPO: the BranchingEngine protocol -----------------------------------------------------------------
     def start(self, query, n: int) -> list[BranchableEpisode]:
+        """n fresh episodes of `query` (one that cannot take a single turn is finished at once)."""
         out = []
         for _ in range(n):
-            state = loop._start(self.episode(query), self.tokenizer)
-            out.append(BranchableEpisode(state=state))
+            episode = BranchableEpisode(state=loop.start_episode(self.episode(query), self.tokenizer))
+            reason = loop.limit_at_start(episode.state, self.limits, self.tokenizer)
+            if reason is not None:
+                episode.record = self.finish(episode.state, reason)
+            out.append(episode)
         return out
 
+    def finish(self, state: loop.EpisodeState, reason: str) -> dict:
+        """The finished, evaluated trajectory record of `state`."""
+        return loop.finish_episode(state, reason, self.tokenizer, self.evaluate)
+
     def advance(self, episodes: list[BranchableEpisode]) -> list[TurnInfo]:
-        """One turn for every episode in one batched generate call, through the loop's own step function."""
-        infos: list[TurnInfo | None] = [None] * len(episodes)
-        live = []
-        for i, ep in enumerate(episodes):
-            if ep.record is not None:
-                infos[i] = TurnInfo(after_tool=False, entropy=0.0, done=True)
-            elif ep.state.context_length() >= self.limits.max_context_tokens:
-                ep.record = loop._finish(ep.state, "context_limit", self.tokenizer, self.evaluate)
-                infos[i] = TurnInfo(after_tool=False, entropy=0.0, done=True)
-            else:
-                live.append(i)
-        requests = [loop._request(episodes[i].state, self.limits, self.tokenizer) for i in live]
-        results = self.policy.generate(requests) if requests else []
+        """One turn for every unfinished episode in one batched generate call, through the loop's stepping API."""
+        infos = [TurnInfo(after_tool=False, entropy=0.0, done=True) for _ in episodes]  # finished ones stay so
+        live = [i for i, ep in enumerate(episodes) if ep.record is None]
+        results = loop.generate_turns(self.policy, [episodes[i].state for i in live], self.limits, self.tokenizer)
         for i, result in zip(live, results):
             ep = episodes[i]
-            after_tool = bool(ep.state.record["turns"]) and ep.state.record["turns"][-1]["kind"] == "tool"
+            after_tool = ep.state.after_tool_response()
             ep.branch_point = copy_running(ep.state, self.world) if after_tool else None
-            reason = loop._advance(ep.state, result, self.limits, self.tokenizer)
+            reason = loop.advance_episode(ep.state, result, self.limits, self.tokenizer)
             if reason is not None:
-                ep.record = loop._finish(ep.state, reason, self.tokenizer, self.evaluate)
+                ep.record = self.finish(ep.state, reason)
             infos[i] = TurnInfo(after_tool=after_tool, done=reason is not None,
                                 entropy=segment_entropy(turn_entropies(result), self.entropy_tokens))
-        return infos  # type: ignore[return-value]
+        return infos
 
     def branch(self, episode: BranchableEpisode) -> BranchableEpisode:
         """A new episode continuing from `episode`'s last branch point (right after its last tool response)."""
@@ -157,17 +156,6 @@ def default_env_factory(world, query, failure_rate: float, seed: int):
 
 # ---- backends ------------------------------------------------------------------------------------------------
 
-def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
-
-
-def resolve_backend(backend: str, device: str) -> str:
-    """`auto` is vLLM on a GPU when vLLM is installed, transformers otherwise."""
-    if backend != "auto":
-        return backend
-    return "vllm" if device.startswith("cuda") and vllm_available() else "hf"
-
-
 def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
     """The rollout policy for `rollout.backend` (RolloutParams): HFPolicy sampling from `model` itself, or a
     colocated vLLM engine loaded from `model_dir` whose weights the trainer pushes after each update."""
@@ -176,12 +164,8 @@ def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
         from components.training.rl.optim import require_gpu_extra
 
         require_gpu_extra("vllm", "rl.rollout.backend: vllm")
-        from components.agent.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(str(model_dir), tokenizer, temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
-                          gpu_memory_utilization=rollout.gpu_memory_utilization,
-                          max_model_len=rollout.max_context_tokens, dtype="bfloat16")
-    from components.agent.hf import HFPolicy
-
-    return HFPolicy(model, tokenizer, temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
-                    max_batch_size=rollout.max_batch_size)
+    sampling = Sampling(temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
+                        max_batch_size=rollout.max_batch_size, dtype="bfloat16",
+                        gpu_memory_utilization=rollout.gpu_memory_utilization,
+                        max_model_len=rollout.max_context_tokens)
+    return checkpoint_policy(model_dir, tokenizer, sampling, backend=backend, device=device, model=model)
