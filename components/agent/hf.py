@@ -1,0 +1,216 @@
+"""The transformers policy backend: token-in/token-out generation for the loop on CPU (and small GPU runs).
+
+Every request of a turn goes through ONE left-padded `generate` call (or a few, if `max_batch_size` splits them):
+batching the active episodes is what makes CPU rollouts affordable (TRAINING.md).
+
+Across turns an episode's context only grows (previous context + sampled turn + tool segment), so the backend keeps
+each episode's key/value cache (keyed by `TurnRequest.episode_id`) and, next turn, runs the model only on the new
+tokens instead of re-reading the whole history: prefill is most of the work at our context lengths. A cache is used
+only for the longest prefix of the request's ids it was computed on, and all caches are dropped when the model's
+weights change (an RL update), so results never depend on stale states.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from components.agent.types import TurnRequest, TurnResult
+
+
+def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Left-pad token id lists to one length; returns (input ids, attention mask) as nested lists."""
+    width = max(len(s) for s in sequences)
+    ids = [[pad_id] * (width - len(s)) + list(s) for s in sequences]
+    mask = [[0] * (width - len(s)) + [1] * len(s) for s in sequences]
+    return ids, mask
+
+
+def cut_at_end_of_turn(ids: list[int], end_id: int, max_new_tokens: int) -> tuple[list[int], bool]:
+    """The sampled ids up to and including the first end-of-turn token, at most `max_new_tokens` of them; and
+    whether the turn finished (the policy sampled `<|im_end|>` within its budget)."""
+    ids = ids[:max_new_tokens]
+    if end_id in ids:
+        return ids[: ids.index(end_id) + 1], True
+    return ids, False
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+@dataclass
+class EpisodeCache:
+    """One episode's key/value states: `layers[l] = (keys, values)` of shape [1, kv_heads, len(ids), head_dim],
+    computed on exactly `ids` (no padding)."""
+
+    ids: list[int]
+    layers: list
+
+
+class HFPolicy:
+    """A `Policy` backed by a transformers causal LM.
+
+    Reads each request's `token_ids` (the whole context, ending with the generation prompt) and returns the sampled
+    `token_ids` (ending with `<|im_end|>` when the model stopped), their `logprobs` under the sampling distribution
+    (logits / temperature, before top-p filtering; under greedy decoding, the plain model distribution), and the text
+    without the end-of-turn token. Sampling is seeded: the same seed and requests give the same turns.
+    With `reuse_cache` (default) and distinct `episode_id`s, each episode's key/value cache is kept between calls
+    (see the module docstring); set it False to re-read every context (e.g. to save memory on large models).
+    """
+
+    def __init__(self, model, tokenizer, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
+                 greedy: bool = False, seed: int = 0, max_batch_size: int | None = None, reuse_cache: bool = True):
+        from components.models.loading import end_of_turn_id
+
+        if not greedy and temperature <= 0:
+            raise ValueError("temperature must be > 0 when sampling; use greedy=True for argmax decoding")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.greedy = greedy
+        self.seed = seed
+        self.max_batch_size = max_batch_size
+        self.end_id = end_of_turn_id(tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
+        self.calls = 0  # advances the seed, so successive turns draw fresh samples reproducibly
+        self.reuse_cache = reuse_cache
+        self.caches: dict[str, EpisodeCache] = {}
+        self._weights_version: int | None = None
+
+    def generate(self, requests: list[TurnRequest]) -> list[TurnResult]:
+        """Sample the next assistant turn for every request; batches of at most `max_batch_size`."""
+        for request in requests:
+            if request.token_ids is None:
+                raise ValueError("HFPolicy is a token backend: run the loop with a tokenizer so requests carry token_ids")
+        caching = self._caching(requests)
+        size = self.max_batch_size or len(requests) or 1
+        results: list[TurnResult] = []
+        for start in range(0, len(requests), size):
+            results.extend(self._generate_batch(requests[start:start + size], caching))
+        return results
+
+    def _caching(self, requests: list[TurnRequest]) -> bool:
+        """Whether this call reuses episode caches (needs distinct episode ids); drops caches that cannot serve it:
+        all of them after a weight update, and those of episodes no longer asking (finished)."""
+        ids = [r.episode_id for r in requests]
+        if not self.reuse_cache or not all(ids) or len(set(ids)) != len(ids):
+            self.caches.clear()
+            return False
+        version = sum(p._version for p in self.model.parameters())
+        if version != self._weights_version:
+            self.caches.clear()
+            self._weights_version = version
+        self.caches = {key: value for key, value in self.caches.items() if key in set(ids)}
+        return True
+
+    def _generate_batch(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult]:
+        import torch
+
+        device = next(self.model.parameters()).device
+        ids, mask = left_pad([r.token_ids for r in requests], self.pad_id)
+        input_ids = torch.tensor(ids, device=device)
+        attention_mask = torch.tensor(mask, device=device)
+        budget = max(1, max(r.max_new_tokens for r in requests))
+        sampling = {"do_sample": False} if self.greedy else {
+            "do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k,
+        }
+        was_training = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            past = self._batched_cache(requests, input_ids.shape[1] - 1) if caching else None
+            torch.manual_seed(self.seed + self.calls)
+            self.calls += 1
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                past_key_values=past,
+                max_new_tokens=budget,
+                eos_token_id=self.end_id,
+                pad_token_id=self.pad_id,
+                output_logits=True,
+                return_dict_in_generate=True,
+                **sampling,
+            )
+        if was_training:
+            self.model.train()
+        new_ids = out.sequences[:, input_ids.shape[1]:]
+        if caching:
+            self._keep_caches(requests, out.sequences, out.past_key_values, input_ids.shape[1])
+        logprobs = self._sampled_logprobs(torch.stack(out.logits, dim=1), new_ids)
+        return [self._result(new_ids[i].tolist(), logprobs[i].tolist(), r.max_new_tokens)
+                for i, r in enumerate(requests)]
+
+    # ------------------------------------------------------------------------------------ episode caches
+
+    def _extend(self, episode_id: str, prefix: list[int]) -> EpisodeCache:
+        """The episode's cache advanced to cover exactly `prefix`: reuse the longest common prefix of the old
+        cache, run the model on the rest (one unpadded sequence)."""
+        import torch
+        from transformers import DynamicCache
+
+        old = self.caches.get(episode_id)
+        keep = common_prefix_length(old.ids, prefix) if old else 0
+        layers = [(k[:, :, :keep], v[:, :, :keep]) for k, v in old.layers] if old and keep else []
+        rest = prefix[keep:]
+        if rest:
+            cache = DynamicCache()
+            for index, (k, v) in enumerate(layers):
+                cache.update(k, v, index)
+            device = next(self.model.parameters()).device
+            out = self.model(input_ids=torch.tensor([rest], device=device), past_key_values=cache, use_cache=True,
+                             logits_to_keep=1)
+            layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        return EpisodeCache(ids=list(prefix), layers=layers)
+
+    def _batched_cache(self, requests: list[TurnRequest], width: int):
+        """A left-padded batch cache covering every request's ids but its last token (which `generate` feeds),
+        aligned with the left-padded input ids of width `width + 1`."""
+        import torch
+        from transformers import DynamicCache
+
+        entries = [self._extend(r.episode_id, list(r.token_ids[:-1])) for r in requests]
+        if not all(entry.layers for entry in entries):
+            return None  # a one-token context: nothing to reuse, generate prefills
+        cache = DynamicCache()
+        for index in range(len(entries[0].layers)):
+            keys, values = [], []
+            for entry in entries:
+                k, v = entry.layers[index]
+                pad = width - k.shape[2]
+                keys.append(torch.nn.functional.pad(k, (0, 0, pad, 0)))
+                values.append(torch.nn.functional.pad(v, (0, 0, pad, 0)))
+            cache.update(torch.cat(keys), torch.cat(values), index)
+        return cache
+
+    def _keep_caches(self, requests: list[TurnRequest], sequences, past, width: int) -> None:
+        """Store each episode's slice of the batch cache after generation (every token fed to the model: its
+        context and all but the last generated token), without the left padding."""
+        if past is None:
+            return
+        length = past.get_seq_length()
+        for row, request in enumerate(requests):
+            pad = width - len(request.token_ids)
+            ids = sequences[row, pad:length].tolist()
+            layers = [(layer.keys[row:row + 1, :, pad:length].clone(), layer.values[row:row + 1, :, pad:length].clone())
+                      for layer in past.layers]
+            self.caches[request.episode_id] = EpisodeCache(ids=ids, layers=layers)
+
+    def _sampled_logprobs(self, logits, sampled):
+        """log p(sampled token) under the sampling distribution: log_softmax(logits / temperature)."""
+        import torch
+
+        scale = 1.0 if self.greedy else self.temperature
+        log_probs = torch.log_softmax(logits.float() / scale, dim=-1)
+        return log_probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
+
+    def _result(self, new_ids: list[int], logprobs: list[float], max_new_tokens: int) -> TurnResult:
+        ids, finished = cut_at_end_of_turn(new_ids, self.end_id, max_new_tokens)
+        text_ids = ids[:-1] if finished else ids
+        text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        return TurnResult(text=text, token_ids=ids, logprobs=logprobs[: len(ids)], finished=finished)

@@ -1,0 +1,126 @@
+"""`star base-model`: build the tiny base (tokenizer, Qwen2 from config, QA pre-training) or snapshot a pretrained
+checkpoint into models/base. Heavy libraries are imported inside the handler."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `star base-model` to the CLI."""
+    parser = subparsers.add_parser("base-model", help="build (tiny) or snapshot (pretrained) the base checkpoint")
+    parser.add_argument("--params", default="params/model.yaml", type=Path)
+    parser.add_argument("--corpus", default="data/sft", type=Path,
+                        help="SFT records whose texts train the tiny tokenizer")
+    parser.add_argument("--qa", default="data/qa", type=Path,
+                        help="QA data folder; its pretrain.jsonl pre-trains the tiny base")
+    parser.add_argument("--out", default="models/base", type=Path)
+    parser.add_argument("--metrics", default="metrics/base_model.json", type=Path)
+    parser.add_argument("--plots", default="plots/base_model/loss.csv", type=Path,
+                        help="per-step pre-training loss (tiny only)")
+    parser.set_defaults(handler=base_model)
+
+
+def base_model(args: argparse.Namespace) -> int:
+    """Run the base_model stage: read inputs, train or snapshot inside one MLflow child run, write outputs."""
+    from components import tracking
+    from components.models.params import ModelParams
+    from components.params import load_section
+
+    params = load_section(args.params, "model", ModelParams)
+    if params.kind == "pretrained":
+        with tracking.stage_run("base_model", params=params) as run:
+            summary = snapshot_base(params, args.out)
+            write_json(summary, args.metrics)
+            run.log_metrics(numeric(summary))
+            run.log_artifact(args.metrics)
+    else:
+        from components.models.base import corpus_records, qa_pretrain_records
+
+        corpus = corpus_records(args.corpus)
+        qa_records = qa_pretrain_records(args.qa)
+        with tracking.stage_run("base_model", params=params) as run:
+            summary, history = build_tiny_base(params, corpus, qa_records, args.out, on_log=run.log_metrics)
+            write_json(summary, args.metrics)
+            from components.training.sft import write_loss_csv
+
+            write_loss_csv(history, args.plots)
+            run.log_metrics(numeric(summary))
+            run.log_artifact(args.metrics)
+            run.log_artifact(args.plots)
+            run.log_model(args.out)
+        print(f"pre-training: loss {summary['pretrain']['first_train_loss']:.3f} -> "
+              f"{summary['pretrain']['final_train_loss']:.3f}; loss curve in {args.plots}", file=sys.stderr)
+    print(f"base model in {args.out}; metrics in {args.metrics}")
+    return 0
+
+
+def snapshot_base(params, out: Path) -> dict:
+    """Copy the pretrained checkpoint into `out` and check that it loads (config and tokenizer)."""
+    from transformers import AutoConfig
+
+    from components.models.checkpoints import snapshot_pretrained
+    from components.models.loading import end_of_turn_id, load_tokenizer
+
+    snapshot_pretrained(params.name_or_path, out, revision=params.revision)
+    config = AutoConfig.from_pretrained(out, local_files_only=True)
+    tokenizer = load_tokenizer(out)
+    end_of_turn_id(tokenizer)
+    return {"kind": "pretrained", "source": params.name_or_path, "revision": params.revision,
+            "model_type": config.model_type, "vocab_size": len(tokenizer)}
+
+
+def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Path, on_log=None) -> tuple[dict, list]:
+    """Train the tokenizer on every text of the pipeline (SFT and QA records), build the tiny Qwen2 model and
+    pre-train it on the QA trajectories (assistant-only loss); save it into `out`. Returns (summary, history)."""
+    from components.models.base import chat_texts, split_holdout, tokens_per_record
+    from components.models.factory import build_tiny_model, count_parameters
+    from components.models.tokenizer import build_tiny_tokenizer
+    from components.training.sft import build_examples, run_sft
+
+    tokenizer = build_tiny_tokenizer(chat_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
+                                     min_frequency=params.tokenizer.min_frequency)
+    arch = params.architecture
+    model = build_tiny_model(
+        tokenizer, seed=params.seed, hidden_size=arch.hidden_size, num_layers=arch.num_layers,
+        num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads, intermediate_size=arch.intermediate_size,
+        max_position_embeddings=arch.max_position_embeddings, rope_theta=arch.rope_theta,
+    )
+    train_records, held_out = split_holdout(qa_records, params.pretrain_eval_fraction, params.seed)
+    cutoff, overlong = params.pretrain.cutoff_len, params.pretrain.overlong
+    train, dropped_train = build_examples(tokenizer, train_records, cutoff, overlong, source="qa pretrain")
+    evaluation, dropped_eval = build_examples(tokenizer, held_out, cutoff, overlong, source="qa pretrain (held out)")
+    result = run_sft(model, tokenizer, train, evaluation, params.pretrain, out, on_log=on_log,
+                     manifest={"stage": "base_model", "kind": "tiny", "parameters": count_parameters(model)})
+    summary = {
+        "kind": "tiny",
+        "parameters": count_parameters(model),
+        "vocab_size": len(tokenizer),
+        "tokens_per_sft_record": round(tokens_per_record(tokenizer, corpus), 1),
+        "qa_records": len(qa_records),
+        "qa_train_examples": len(train),
+        "qa_eval_examples": len(evaluation),
+        "qa_dropped_overlong_or_empty": dropped_train + dropped_eval,
+        "pretrain": result.summary,
+    }
+    return summary, result.history
+
+
+def numeric(summary: dict, prefix: str = "") -> dict:
+    """The numeric leaves of a nested summary as dotted keys (for MLflow)."""
+    flat = {}
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            flat.update(numeric(value, f"{prefix}{key}."))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def write_json(data: dict, path: Path) -> Path:
+    """Write a metrics JSON file (folders created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path

@@ -1,0 +1,94 @@
+"""The tiny preset's tokenizer: a byte-level BPE trained on the pipeline's own corpus, in Qwen's chat format.
+
+It is saved with `save_pretrained` and loaded back through `AutoTokenizer`, exactly like a Qwen tokenizer, so no
+code downstream knows it is tiny. Digit runs may merge into one token (TRAINING.md: shorter sequences, fewer broken
+copies of dates and ids).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+"""Qwen's special tokens: `<|endoftext|>` pads, `<|im_start|>`/`<|im_end|>` delimit chat messages."""
+
+PROTOCOL_TAGS = [
+    "<think>", "</think>",
+    "<tool_call>", "</tool_call>",
+    "<answer>", "</answer>",
+    "<tool_response>", "</tool_response>",
+    "<tools>", "</tools>",
+]
+"""The agent protocol's tags: added (never split) but not special, so decoding with
+`skip_special_tokens=True` keeps them, as in Qwen2.5."""
+
+PAD_TOKEN = "<|endoftext|>"
+END_OF_TURN = "<|im_end|>"
+
+# Qwen2's pre-tokenizer pattern, except that digit runs (with an optional leading space) stay together and BPE may
+# merge them, instead of one token per digit.
+PRETOKENIZE_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+CHAT_TEMPLATE = (
+    "{%- if messages and messages[0]['role'] == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- set rest = messages[1:] %}"
+    "{%- else %}"
+    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
+    "{%- set rest = messages %}"
+    "{%- endif %}"
+    "{%- for message in rest %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- endif %}"
+)
+"""Qwen2.5's chat template without its tool rendering (our system prompt already holds the tool schemas)."""
+
+
+def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2):
+    """Train a byte-level BPE on `texts` and wrap it as a Hugging Face fast tokenizer in Qwen's chat format.
+
+    The vocabulary holds the 256 byte symbols, the special tokens, the protocol tags (added tokens, never split by
+    BPE) and up to `vocab_size` entries in all; `<|endoftext|>` pads and `<|im_end|>` ends a turn.
+    """
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    minimum = 256 + len(SPECIAL_TOKENS) + len(PROTOCOL_TAGS)
+    if vocab_size <= minimum:
+        raise ValueError(f"vocab_size must exceed {minimum} (bytes + special tokens + protocol tags), got {vocab_size}")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(PROTOCOL_TAGS),
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_without_protocol_tokens(texts), trainer=trainer)
+    bpe.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in PROTOCOL_TAGS])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=END_OF_TURN,
+        pad_token=PAD_TOKEN,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=1 << 20,
+    )
+
+
+def _without_protocol_tokens(texts: Iterable[str]) -> Iterable[str]:
+    """Yield the corpus with special tokens and tags removed, so BPE does not spend merges on their pieces."""
+    for text in texts:
+        for token in SPECIAL_TOKENS + PROTOCOL_TAGS:
+            text = text.replace(token, "\n")
+        yield text

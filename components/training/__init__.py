@@ -1,0 +1,1 @@
+"""Training stages: supervised fine-tuning (`sft.py`) and reinforcement learning (`rl/`)."""

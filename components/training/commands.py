@@ -1,0 +1,63 @@
+"""`star sft`: fine-tune a checkpoint on the SFT records (assistant-only loss) and save a Hugging Face checkpoint.
+Heavy libraries are imported inside the handler."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REGISTERED_NAME = "star-sft"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `star sft` to the CLI."""
+    parser = subparsers.add_parser("sft", help="supervised fine-tuning on the filtered teacher trajectories")
+    parser.add_argument("--params", default="params/sft.yaml", type=Path)
+    parser.add_argument("--model", default="models/base", help="checkpoint directory (or Hub name) to start from")
+    parser.add_argument("--data", default="data/sft", type=Path, help="folder with train.jsonl (and eval.jsonl)")
+    parser.add_argument("--out", default="models/sft", type=Path)
+    parser.add_argument("--metrics", default="metrics/sft.json", type=Path)
+    parser.add_argument("--plots", default="plots/sft/loss.csv", type=Path)
+    parser.set_defaults(handler=sft)
+
+
+def sft(args: argparse.Namespace) -> int:
+    """Run the sft stage: encode the records, train inside one MLflow child run, write checkpoint and metrics."""
+    from components import tracking
+    from components.models.factory import count_parameters
+    from components.models.loading import load_policy_model, load_tokenizer
+    from components.params import load_section
+    from components.training.sft import SFTParams, build_examples, load_records, run_sft, write_loss_csv
+
+    params = load_section(args.params, "sft", SFTParams)
+    train_records = load_records(args.data / "train.jsonl")
+    eval_path = args.data / "eval.jsonl"
+    eval_records = load_records(eval_path) if eval_path.exists() else []
+    tokenizer = load_tokenizer(args.model)
+    train, dropped_train = build_examples(tokenizer, train_records, params.cutoff_len, params.overlong,
+                                          source=str(args.data / "train.jsonl"))
+    evaluation, dropped_eval = build_examples(tokenizer, eval_records, params.cutoff_len, params.overlong,
+                                              source=str(eval_path))
+    # Master weights in float32: the Trainer's bf16 autocast / DeepSpeed's bf16 mode computes in 16 bits on GPU.
+    model = load_policy_model(args.model, dtype="float32")
+    with tracking.stage_run("sft", params=params, tags={"star.base_model": str(args.model)}) as run:
+        result = run_sft(model, tokenizer, train, evaluation, params, args.out, on_log=run.log_metrics,
+                         manifest={"stage": "sft", "base": str(args.model), "parameters": count_parameters(model)})
+        summary = {**result.summary, "train_records": len(train_records), "eval_records": len(eval_records),
+                   "train_examples": len(train), "eval_examples": len(evaluation),
+                   "dropped_overlong_or_empty": dropped_train + dropped_eval,
+                   "mean_tokens_per_example": round(sum(len(e) for e in train) / max(1, len(train)), 1)}
+        args.metrics.parent.mkdir(parents=True, exist_ok=True)
+        args.metrics.write_text(json.dumps(summary, indent=2) + "\n")
+        write_loss_csv(result.history, args.plots)
+        run.log_metrics({f"summary.{k}": v for k, v in summary.items()
+                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        run.log_artifact(args.metrics)
+        run.log_artifact(args.plots)
+        run.log_model(args.out, registered_name=REGISTERED_NAME)
+    print(f"sft: train loss {summary['first_train_loss']:.3f} -> {summary['final_train_loss']:.3f}, eval loss "
+          f"{summary['initial_eval_loss']} -> {summary['final_eval_loss']}, {summary['tokens_per_second']:.0f} "
+          f"tokens/s, {summary['wall_seconds']:.0f} s", file=sys.stderr)
+    print(f"SFT checkpoint in {args.out}; metrics in {args.metrics}; loss curve in {args.plots}")
+    return 0

@@ -1,0 +1,550 @@
+"""Supervised fine-tuning on chat records: assistant-only loss, length-grouped batches, one readable loop.
+
+A record is `{"messages": [{"role", "content", "train"?}, ...]}` (data/sft/*.jsonl, data/qa/pretrain.jsonl). Its token
+ids are built from the agent loop's own segments (`components.agent.tokens`): the prompt, each assistant turn as
+`{text}<|im_end|>` and each tool response as a user segment ending with the next generation prompt. The loss mask
+is 1 exactly on the tokens of assistant turns flagged for training (their `<|im_end|>` included) and 0 on system,
+user and tool tokens and on padding; masked tokens stay in the attention context.
+
+Two backends train the same examples with the same loss: a plain torch loop (CPU, the tiny preset: AdamW, warmup
+then cosine, token-mean loss over each optimiser step) and the transformers `Trainer` with an optional DeepSpeed
+ZeRO config (GPU, real presets).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal
+
+from pydantic import Field
+
+from components.agent import tokens as tok
+from components.errors import UserError
+from components.params import Params
+
+IGNORE_INDEX = -100
+DEEPSPEED_CONFIGS = {"zero2": "ds_zero2.json", "zero3": "ds_zero3.json"}
+
+OnLog = Callable[[dict, int], None]
+"""Called with (metrics, step) at every logged step; the stage passes its MLflow run's `log_metrics`."""
+
+
+class SFTParams(Params):
+    """`sft:` in params/sft.yaml (also `model.pretrain` for the tiny base's QA pre-training)."""
+
+    epochs: float = Field(3.0, gt=0, description="passes over the training records (fractions allowed)")
+    learning_rate: float = Field(1e-3, gt=0)
+    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_ratio: float = Field(0.05, ge=0, lt=1, description="share of optimiser steps spent warming up")
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    batch_size: int = Field(8, ge=1, description="sequences per optimiser step (the effective batch)")
+    micro_batch_size: int = Field(8, ge=1, description="sequences per forward pass (gradient accumulation below)")
+    cutoff_len: int = Field(20480, ge=16, description="longest record in tokens")
+    overlong: Literal["drop", "error"] = Field(
+        "drop", description="a record over cutoff_len is dropped and counted, or stops the stage; never truncated")
+    eval_every: int = Field(50, ge=1, description="optimiser steps between eval-loss measurements")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
+    max_minutes: float | None = Field(None, gt=0, description="stop training after this much wall time")
+    seed: int = 0
+    backend: Literal["auto", "torch", "trainer"] = Field(
+        "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
+    deepspeed: Literal["none", "zero2", "zero3"] = "none"
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto", description="compute precision on GPU (weights stay float32; auto = bf16 where supported); CPU: fp32")
+    gradient_checkpointing: bool = False
+    cpu_threads: int | None = Field(
+        None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One training sequence: token ids and the loss mask (1 = the policy's own tokens)."""
+
+    input_ids: list[int]
+    mask: list[int]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class SFTResult:
+    """What a training run produced: per-step history rows and the summary for metrics/sft.json."""
+
+    history: list[dict] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------------- records
+
+def load_records(path: str | Path) -> list[dict]:
+    """Chat records from a JSONL file, with an error that names the file and line when one is malformed."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"SFT records {path} do not exist (run the stage that writes them, e.g. `dvc repro sft_data`)")
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{number}: not valid JSON ({exc})") from exc
+        if not isinstance(record.get("messages"), list):
+            raise UserError(f"{path}:{number}: a chat record needs a 'messages' list")
+        records.append(record)
+    return records
+
+
+def encode_record(tokenizer, messages: list[dict]) -> SFTExample:
+    """Token ids and loss mask of a conversation, built from the agent loop's segments (never by re-rendering).
+
+    The messages before the first assistant turn form the prompt (mask 0); each assistant message is
+    `{content}<|im_end|>` with mask 1 if its `train` flag is true (default) and 0 otherwise; each following user
+    message (a tool response) is a tool segment (mask 0) whose special-token text is neutralised.
+    """
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None or first == 0:
+        raise ValueError("a chat record needs a prompt (system/user messages) followed by an assistant message")
+    ids = tok.prompt_ids(tokenizer, messages[:first])
+    mask = [0] * len(ids)
+    previous = "assistant"
+    for message in messages[first:]:
+        role = message["role"]
+        if role == "assistant":
+            segment = tok.assistant_ids(tokenizer, message["content"])
+            mask.extend([int(bool(message.get("train", True)))] * len(segment))
+        elif role == "user" and previous == "assistant":
+            segment = tok.tool_segment_ids(tokenizer, message["content"])
+            mask.extend([0] * len(segment))
+        else:
+            raise ValueError(f"unexpected {role!r} message after {previous!r}: after the prompt, assistant turns and "
+                             "user (tool response) messages must alternate")
+        ids.extend(segment)
+        previous = role
+    return SFTExample(input_ids=ids, mask=mask)
+
+
+def build_examples(tokenizer, records: list[dict], cutoff_len: int, overlong: str = "drop",
+                   source: str = "records") -> tuple[list[SFTExample], int]:
+    """Encode every record; a record longer than `cutoff_len` is dropped (and counted) or raises, never truncated
+    (a cut multi-turn trajectory would teach the model to stop mid-task). Returns (examples, dropped)."""
+    examples, dropped = [], 0
+    for number, record in enumerate(records):
+        example = encode_record(tokenizer, record["messages"])
+        if len(example) > cutoff_len:
+            if overlong == "error":
+                raise UserError(f"{source}: record {number} has {len(example)} tokens > cutoff_len {cutoff_len}; "
+                                "raise sft.cutoff_len or set sft.overlong: drop")
+            dropped += 1
+            continue
+        if sum(example.mask) == 0:
+            dropped += 1
+            continue
+        examples.append(example)
+    return examples, dropped
+
+
+def labels_from_mask(input_ids: list[int], mask: list[int]) -> list[int]:
+    """Causal-LM labels: the token id where the mask is 1, IGNORE_INDEX (-100) elsewhere."""
+    return [token if keep else IGNORE_INDEX for token, keep in zip(input_ids, mask)]
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+
+def length_grouped_batches(lengths: list[int], batch_size: int, seed: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length (little padding), batches in a seeded random order.
+
+    Sequences are shuffled, sorted by length within windows of 50 batches, cut into batches, and the batches
+    shuffled: every epoch sees every sequence once.
+    """
+    rng = random.Random(seed)
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    window = batch_size * 50
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start:start + window], key=lambda i: lengths[i])
+        batches.extend(chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+def collate(examples: list[SFTExample], pad_id: int) -> dict:
+    """Right-padded tensors `input_ids`, `attention_mask`, `labels` (-100 on masked and padding positions)."""
+    import torch
+
+    width = max(len(e) for e in examples)
+    input_ids, attention, labels = [], [], []
+    for e in examples:
+        pad = width - len(e)
+        input_ids.append(e.input_ids + [pad_id] * pad)
+        attention.append([1] * len(e) + [0] * pad)
+        labels.append(labels_from_mask(e.input_ids, e.mask) + [IGNORE_INDEX] * pad)
+    return {"input_ids": torch.tensor(input_ids), "attention_mask": torch.tensor(attention),
+            "labels": torch.tensor(labels)}
+
+
+def learning_rate_at(progress: float, peak: float, warmup_ratio: float, schedule: str) -> float:
+    """Learning rate at `progress` in [0, 1] of training: linear warm-up to `peak` over the first `warmup_ratio`,
+    then cosine or linear decay to 0 at the end (or constant)."""
+    progress = min(max(progress, 0.0), 1.0)
+    if warmup_ratio and progress < warmup_ratio:
+        return peak * progress / warmup_ratio
+    if schedule == "constant":
+        return peak
+    decay = (progress - warmup_ratio) / max(1e-9, 1.0 - warmup_ratio)
+    if schedule == "linear":
+        return peak * (1.0 - decay)
+    return peak * 0.5 * (1.0 + math.cos(math.pi * decay))
+
+
+def training_progress(step: int, total_steps: int, elapsed_s: float, max_minutes: float | None) -> float:
+    """How far training is, in [0, 1]: by steps, or by wall time when a time limit will end it sooner (so the
+    schedule decays fully within `max_minutes`)."""
+    by_steps = step / max(1, total_steps)
+    by_time = elapsed_s / (60 * max_minutes) if max_minutes else 0.0
+    return min(1.0, max(by_steps, by_time))
+
+
+# ---------------------------------------------------------------------------------------------------- loss
+
+def masked_loss_sum(model, batch: dict):
+    """(summed next-token cross-entropy over positions whose label is not -100, number of such positions).
+
+    The output layer runs only at positions where some sequence of the batch is trained (`logits_to_keep` with
+    those positions): most of a trajectory is prompt and tool text, and the vocabulary projection is a large share
+    of a small model's compute (and of a large vocabulary's memory). The model is called as a whole, so wrappers
+    (DDP, DeepSpeed) see a normal forward.
+    """
+    import torch.nn.functional as F
+
+    targets = batch["labels"][:, 1:]
+    positions = (targets != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
+    # No attention mask: padding is on the right, so under the causal mask no real token ever sees a pad, and the
+    # loss ignores pad positions. Without a mask SDPA takes its fused causal kernel instead of materialising an
+    # L x L mask per head (orders of magnitude slower and larger at the thousands of tokens of a trajectory).
+    logits = model(input_ids=batch["input_ids"], logits_to_keep=positions).logits
+    kept = targets[:, positions]
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), kept.reshape(-1),
+                           ignore_index=IGNORE_INDEX, reduction="sum")
+    return loss, int((kept != IGNORE_INDEX).sum())
+
+
+def evaluate_loss(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int) -> float | None:
+    """Token-mean loss on the trained (mask 1) tokens of `examples`; None when there are none."""
+    import torch
+
+    if not examples:
+        return None
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i]))
+    with torch.no_grad():
+        for start in range(0, len(order), micro_batch_size):
+            batch = collate([examples[i] for i in order[start:start + micro_batch_size]], pad_id)
+            loss, n = masked_loss_sum(model, {k: v.to(device) for k, v in batch.items()})
+            total, count = total + float(loss), count + n
+    model.train(was_training)
+    return total / count if count else None
+
+
+# ---------------------------------------------------------------------------------------------------- torch loop
+
+def plan_steps(num_examples: int, params: SFTParams) -> int:
+    """Number of optimiser steps: epochs x batches per epoch, capped by `max_steps`."""
+    per_epoch = math.ceil(num_examples / params.batch_size)
+    steps = max(1, math.ceil(per_epoch * params.epochs))
+    return min(steps, params.max_steps) if params.max_steps else steps
+
+
+def batch_schedule(lengths: list[int], params: SFTParams, total_steps: int) -> list[tuple[float, list[int]]]:
+    """(epoch position, example indices) for every optimiser step, epochs reshuffled with seed + epoch."""
+    steps: list[tuple[float, list[int]]] = []
+    epoch = 0
+    while len(steps) < total_steps:
+        batches = length_grouped_batches(lengths, params.batch_size, params.seed + epoch)
+        steps.extend((epoch + (i + 1) / len(batches), b) for i, b in enumerate(batches))
+        epoch += 1
+    return steps[:total_steps]
+
+
+def accumulate_gradients(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int) -> tuple[float, int, int]:
+    """Backpropagate one optimiser step's loss, micro-batch by micro-batch: every micro-batch's summed loss is
+    divided by the trained-token count of the WHOLE step, so the gradient is the step's token mean whatever the
+    micro-batch size. Returns (summed loss, trained tokens, non-pad tokens)."""
+    device = next(model.parameters()).device
+    step_tokens = sum(sum(e.mask[1:]) for e in examples)
+    step_loss, seen = 0.0, 0
+    for start in range(0, len(examples), micro_batch_size):
+        micro = collate(examples[start:start + micro_batch_size], pad_id)
+        loss_sum, _ = masked_loss_sum(model, {k: v.to(device) for k, v in micro.items()})
+        (loss_sum / max(1, step_tokens)).backward()
+        step_loss += float(loss_sum.detach())
+        seen += int(micro["attention_mask"].sum())
+    return step_loss, step_tokens, seen
+
+
+def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
+                on_log: OnLog | None = None, progress: bool = True) -> SFTResult:
+    """The CPU trainer: AdamW, warm-up + cosine, gradient clipping, loss = token mean over each optimiser step's
+    trained tokens (gradient accumulation over micro-batches divides by the whole step's count)."""
+    import torch
+    from tqdm.auto import tqdm
+
+    if not train:
+        raise UserError("no SFT examples to train on (every record was empty or over cutoff_len)")
+    torch.manual_seed(params.seed)
+    if params.cpu_threads:
+        torch.set_num_threads(params.cpu_threads)
+    device = next(model.parameters()).device
+    pad_id = tokenizer.pad_token_id
+    total_steps = plan_steps(len(train), params)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay,
+                                  betas=(0.9, 0.95))
+    if params.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    result = SFTResult()
+    initial_eval = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size)
+    model.train()
+    started = time.perf_counter()
+    seen_tokens = trained_tokens = 0
+    stopped = "completed"
+    bar = tqdm(batch_schedule([len(e) for e in train], params, total_steps), desc="sft", unit="step",
+               disable=not progress)
+    for step, (epoch, indices) in enumerate(bar, start=1):
+        progress = training_progress(step - 1, total_steps, time.perf_counter() - started, params.max_minutes)
+        lr = learning_rate_at(progress, params.learning_rate, params.warmup_ratio, params.lr_scheduler)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        step_loss, step_tokens, step_seen = accumulate_gradients(model, [train[i] for i in indices], pad_id,
+                                                                 params.micro_batch_size)
+        seen_tokens += step_seen
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), params.max_grad_norm))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        trained_tokens += step_tokens
+        row = {"step": step, "epoch": round(epoch, 4), "train_loss": step_loss / max(1, step_tokens),
+               "learning_rate": lr, "grad_norm": grad_norm,
+               "tokens_per_second": seen_tokens / max(1e-9, time.perf_counter() - started)}
+        elapsed_min = (time.perf_counter() - started) / 60
+        out_of_time = params.max_minutes is not None and elapsed_min >= params.max_minutes
+        if step % params.eval_every == 0 or step == total_steps or out_of_time:
+            row["eval_loss"] = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size)
+        result.history.append(row)
+        if on_log is not None:
+            on_log({k: v for k, v in row.items() if k != "step" and v is not None}, step)
+        bar.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_second']:.0f}")
+        if out_of_time:
+            stopped = "max_minutes"
+            break
+    bar.close()
+    wall = time.perf_counter() - started
+    result.summary = summarise(result.history, initial_eval, wall, seen_tokens, trained_tokens, total_steps, stopped)
+    model.eval()
+    return result
+
+
+def summarise(history: list[dict], initial_eval: float | None, wall: float, seen_tokens: int, trained_tokens: int,
+              planned_steps: int, stopped: str) -> dict:
+    """The metrics/sft.json summary of a run's history."""
+    tail = history[-max(1, min(20, len(history))):]
+    eval_rows = [r["eval_loss"] for r in history if r.get("eval_loss") is not None]
+    return {
+        "steps": len(history),
+        "planned_steps": planned_steps,
+        "epochs": history[-1]["epoch"] if history else 0.0,
+        "stopped": stopped,
+        "first_train_loss": history[0]["train_loss"] if history else None,
+        "final_train_loss": sum(r["train_loss"] for r in tail) / len(tail) if history else None,
+        "initial_eval_loss": initial_eval,
+        "final_eval_loss": eval_rows[-1] if eval_rows else None,
+        "wall_seconds": round(wall, 2),
+        "tokens": seen_tokens,
+        "trained_tokens": trained_tokens,
+        "tokens_per_second": round(seen_tokens / max(1e-9, wall), 1),
+        "minutes_per_epoch": round(wall / 60 / history[-1]["epoch"], 3) if history and history[-1]["epoch"] else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------- Trainer (GPU)
+
+def deepspeed_config(name: str) -> str | None:
+    """Path of the packaged DeepSpeed config for `zero2`/`zero3` (None for `none`); requires deepspeed installed."""
+    if name == "none":
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise UserError(f"sft.deepspeed: {name} needs DeepSpeed: pip install 'star-pipeline[gpu]' "
+                        "(or set sft.deepspeed: none)")
+    return str(Path(__file__).with_name(DEEPSPEED_CONFIGS[name]))
+
+
+class _ExampleDataset:
+    """A map-style dataset of encoded examples for the transformers Trainer."""
+
+    def __init__(self, examples: list[SFTExample]):
+        self.examples = examples
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, index: int) -> dict:
+        e = self.examples[index]
+        return {"input_ids": e.input_ids, "mask": e.mask}
+
+
+def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
+                  out_dir: str | Path, on_log: OnLog | None = None) -> SFTResult:
+    """The GPU trainer: transformers `Trainer` (optionally DeepSpeed ZeRO-2/3) on the same examples and loss; saves
+    the final weights into `out_dir` itself (ZeRO-3 shards must be gathered by the Trainer)."""
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    ds_config = deepspeed_config(params.deepspeed)
+    if ds_config is not None:
+        for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "RANK": "0", "LOCAL_RANK": "0",
+                           "WORLD_SIZE": "1"}.items():
+            os.environ.setdefault(key, value)  # a single-process DeepSpeed run started without a launcher
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    accumulation = max(1, params.batch_size // (params.micro_batch_size * world_size))
+    pad_id = tokenizer.pad_token_id
+    history: list[dict] = []
+
+    class Forward(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs = dict(logs or {})
+            row = {"step": state.global_step, "epoch": round(state.epoch or 0.0, 4)}
+            if "loss" in logs:
+                row["train_loss"] = logs["loss"]
+            if "eval_loss" in logs:
+                row["eval_loss"] = logs["eval_loss"]
+            if "learning_rate" in logs:
+                row["learning_rate"] = logs["learning_rate"]
+            if "grad_norm" in logs:
+                row["grad_norm"] = logs["grad_norm"]
+            if history and history[-1]["step"] == row["step"]:
+                history[-1].update(row)
+            else:
+                history.append(row)
+            if on_log is not None and len(row) > 2:
+                on_log({k: v for k, v in row.items() if k != "step"}, row["step"])
+
+    class TimeLimit(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if params.max_minutes is not None and time.perf_counter() - started >= 60 * params.max_minutes:
+                control.should_training_stop = True
+
+    class MaskedLossTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss_sum, count = masked_loss_sum(model, inputs)
+            denominator = num_items_in_batch if num_items_in_batch is not None else max(1, count)
+            loss = loss_sum / denominator
+            return (loss, {}) if return_outputs else loss
+
+    def collator(items: list[dict]) -> dict:
+        return collate([SFTExample(i["input_ids"], i["mask"]) for i in items], pad_id)
+
+    if params.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    bf16 = torch.cuda.is_available() and params.dtype in ("auto", "bfloat16") and torch.cuda.is_bf16_supported()
+    args = TrainingArguments(
+        output_dir=str(Path(out_dir) / "_trainer"),
+        num_train_epochs=params.epochs,
+        max_steps=params.max_steps or -1,
+        learning_rate=params.learning_rate,
+        lr_scheduler_type=params.lr_scheduler,
+        warmup_steps=params.warmup_ratio,
+        weight_decay=params.weight_decay,
+        max_grad_norm=params.max_grad_norm,
+        per_device_train_batch_size=params.micro_batch_size,
+        per_device_eval_batch_size=params.micro_batch_size,
+        gradient_accumulation_steps=accumulation,
+        bf16=bf16,
+        deepspeed=ds_config,
+        prediction_loss_only=True,
+        eval_strategy="steps" if eval_examples else "no",
+        eval_steps=params.eval_every,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        remove_unused_columns=False,
+        train_sampling_strategy="group_by_length",
+        seed=params.seed,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    trainer = MaskedLossTrainer(model=model, args=args, train_dataset=_ExampleDataset(train),
+                                eval_dataset=_ExampleDataset(eval_examples) if eval_examples else None,
+                                data_collator=collator, callbacks=[Forward(), TimeLimit()])
+    initial_eval = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size) if eval_examples else None
+    started = time.perf_counter()  # read by TimeLimit
+    trainer.train()
+    wall = time.perf_counter() - started
+    if eval_examples:
+        trainer.evaluate()
+    trainer.save_model(str(out_dir))
+    # Token counts estimated from the mean example: the Trainer does not report them.
+    sequences = trainer.state.global_step * params.batch_size
+    seen = int(sequences * sum(len(e) for e in train) / len(train))
+    trained = int(sequences * sum(sum(e.mask) for e in train) / len(train))
+    rows = [r for r in history if "train_loss" in r]
+    stopped = "completed" if trainer.state.global_step >= trainer.state.max_steps else "max_minutes"
+    summary = summarise(rows, initial_eval, wall, seen, trained, trainer.state.max_steps, stopped)
+    summary["final_eval_loss"] = next((r["eval_loss"] for r in reversed(history) if "eval_loss" in r), None)
+    shutil.rmtree(Path(out_dir) / "_trainer", ignore_errors=True)
+    (Path(out_dir) / "training_args.bin").unlink(missing_ok=True)
+    return SFTResult(history=history, summary=summary)
+
+
+# ---------------------------------------------------------------------------------------------------- entry point
+
+def choose_backend(params: SFTParams) -> str:
+    """`torch` on CPU, `trainer` on GPU, unless params say otherwise."""
+    if params.backend != "auto":
+        return params.backend
+    import torch
+
+    return "trainer" if torch.cuda.is_available() else "torch"
+
+
+def run_sft(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
+            out_dir: str | Path, on_log: OnLog | None = None, manifest: dict | None = None,
+            progress: bool = True) -> SFTResult:
+    """Train with the chosen backend and write a Hugging Face checkpoint (model + tokenizer) into `out_dir`."""
+    from components.models.checkpoints import save_checkpoint, write_manifest
+
+    backend = choose_backend(params)
+    if backend == "trainer":
+        result = train_trainer(model, tokenizer, train, eval_examples, params, out_dir, on_log)
+        tokenizer.save_pretrained(out_dir)
+        write_manifest(out_dir, **(manifest or {}), backend=backend)
+    else:
+        result = train_torch(model, tokenizer, train, eval_examples, params, on_log, progress=progress)
+        save_checkpoint(model, tokenizer, out_dir, **(manifest or {}), backend=backend)
+    result.summary["backend"] = backend
+    return result
+
+
+def write_loss_csv(history: list[dict], path: str | Path) -> Path:
+    """plots/sft/loss.csv: one row per step with `step, epoch, train_loss, eval_loss, learning_rate`."""
+    import csv
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    columns = ["step", "epoch", "train_loss", "eval_loss", "learning_rate"]
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in history:
+            writer.writerow({c: row.get(c, "") for c in columns})
+    return path

@@ -1,0 +1,92 @@
+"""The base_model stage: the tiny base is built from the pipeline's corpus and pre-trained on QA trajectories;
+without the QA data it stops with a message that says which stage to run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.params import ParamsError, parse_section
+
+
+def qa_record(i: int) -> dict:
+    """A QA-with-search trajectory as a pre-training record (search, read the passage, answer)."""
+    from components.travel.protocol import tool_response
+
+    name, town = f"Ama Volen {i}", ["Osk", "Tirrel", "Bram"][i % 3]
+    return {"messages": [
+        {"role": "system", "content": "Answer with the search tool.", "train": False},
+        {"role": "user", "content": f"Where was {name} born?", "train": False},
+        {"role": "assistant", "content": f'<think>Search {name}.</think><tool_call>{{"name": "search", '
+                                         f'"arguments": {{"query": "{name}"}}}}</tool_call>', "train": True},
+        {"role": "user", "content": tool_response(f"(Title: {name}) {name} was born in {town}."), "train": False},
+        {"role": "assistant", "content": f"<think>The passage says {town}.</think><answer>{town}</answer>",
+         "train": True},
+    ]}
+
+
+def write_jsonl(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def tiny_params(**pretrain):
+    from components.models.params import ModelParams
+
+    return ModelParams.model_validate({
+        "tokenizer": {"vocab_size": 400},
+        "architecture": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
+                         "intermediate_size": 64, "max_position_embeddings": 512},
+        "pretrain": {"max_steps": 12, "learning_rate": 0.005, "batch_size": 4, "eval_every": 6,
+                     "cpu_threads": 1, **pretrain},
+        "pretrain_eval_fraction": 0.2,
+    })
+
+
+def test_missing_qa_data_stops_the_stage_with_the_command_to_run(tmp_path, capsys):
+    from components.cli import main
+
+    write_jsonl(tmp_path / "data/sft/train.jsonl", [qa_record(0)])
+    (tmp_path / "model.yaml").write_text("model:\n  kind: tiny\n")
+    code = main(["base-model", "--params", str(tmp_path / "model.yaml"), "--corpus", str(tmp_path / "data/sft"),
+                 "--qa", str(tmp_path / "data/qa"), "--out", str(tmp_path / "models/base")])
+    assert code == 2
+    assert "qa_data" in capsys.readouterr().err
+    assert not (tmp_path / "models/base").exists()
+
+
+def test_tiny_base_is_built_pretrained_and_loadable(tmp_path):
+    from components.models.commands import build_tiny_base
+    from components.models.loading import load_policy_model, load_tokenizer
+
+    records = [qa_record(i) for i in range(30)]
+    summary, history = build_tiny_base(tiny_params(), corpus=records[:5], qa_records=records, out=tmp_path / "base")
+    assert summary["kind"] == "tiny" and summary["qa_train_examples"] == 24 and summary["qa_eval_examples"] == 6
+    assert summary["pretrain"]["final_eval_loss"] < summary["pretrain"]["initial_eval_loss"]
+    assert len(history) == 12
+    tokenizer = load_tokenizer(tmp_path / "base")
+    assert tokenizer.convert_tokens_to_ids("<tool_call>") != tokenizer.unk_token_id
+    model = load_policy_model(tmp_path / "base", device="cpu")
+    assert model.config.hidden_size == 32 and model.config.vocab_size == len(tokenizer)
+
+
+def test_pretrained_kind_needs_a_checkpoint_name():
+    from components.models.params import ModelParams
+
+    with pytest.raises(ParamsError, match="name_or_path"):
+        parse_section({"model": {"kind": "pretrained"}}, "model", ModelParams)
+    params = parse_section({"model": {"kind": "pretrained", "name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}},
+                           "model", ModelParams)
+    assert params.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_pretrained_base_is_a_snapshot_of_a_local_checkpoint(tiny_model, tiny_tokenizer, tmp_path):
+    from components.models.checkpoints import save_checkpoint
+    from components.models.commands import snapshot_base
+    from components.models.params import ModelParams
+
+    save_checkpoint(tiny_model, tiny_tokenizer, tmp_path / "qwen")
+    params = ModelParams(kind="pretrained", name_or_path=str(tmp_path / "qwen"))
+    summary = snapshot_base(params, tmp_path / "base")
+    assert summary["model_type"] == "qwen2" and summary["vocab_size"] == len(tiny_tokenizer)
+    assert (tmp_path / "base" / "model.safetensors").exists()

@@ -1,0 +1,127 @@
+"""The transformers backend: one batched call per turn, identical to one-at-a-time under greedy decoding."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from components.agent import tokens
+from components.agent.hf import HFPolicy, cut_at_end_of_turn, left_pad
+from components.agent.types import TurnRequest
+
+
+def requests_for(tokenizer, conversations, max_new_tokens=12):
+    """Contexts of different lengths (a short system prompt keeps the test fast): prompts, and prompts after a
+    tool response."""
+    out = []
+    for i, conv in enumerate(conversations[:5]):
+        prompt = [{"role": "system", "content": "You plan trips with tools."}, conv[1]]
+        ids = tokens.prompt_ids(tokenizer, prompt)
+        if i % 2:
+            ids += tokens.assistant_ids(tokenizer, conv[2]["content"]) + tokens.tool_segment_ids(tokenizer, conv[3]["content"])
+        out.append(TurnRequest(messages=prompt, token_ids=ids, max_new_tokens=max_new_tokens))
+    return out
+
+
+def test_batched_generation_equals_one_at_a_time_under_greedy(tiny_model, tiny_tokenizer, conversations):
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+    requests = requests_for(tiny_tokenizer, conversations)
+    assert len({len(r.token_ids) for r in requests}) > 1  # left padding is exercised
+    batched = policy.generate(requests)
+    single = [policy.generate([r])[0] for r in requests]
+    for b, s in zip(batched, single):
+        assert b.token_ids == s.token_ids
+        assert b.logprobs == pytest.approx(s.logprobs, abs=1e-4)
+        assert b.text == s.text
+
+
+def test_logprobs_are_those_of_the_sampled_tokens(tiny_model, tiny_tokenizer, conversations):
+    policy = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=1)
+    request = requests_for(tiny_tokenizer, conversations)[1]
+    result = policy.generate([request])[0]
+    full = torch.tensor([request.token_ids + result.token_ids])
+    with torch.no_grad():
+        logits = tiny_model(full).logits[0, len(request.token_ids) - 1:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(result.token_ids)[:, None]).squeeze(-1)
+    assert result.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+def test_turn_cut_at_max_new_tokens_is_not_finished(tiny_model, tiny_tokenizer, conversations):
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+    short, longer = requests_for(tiny_tokenizer, conversations, max_new_tokens=4)[:2]
+    longer.max_new_tokens = 9
+    results = policy.generate([short, longer])
+    assert [len(r.token_ids) for r in results] == [4, 9]
+    assert not any(r.finished for r in results)
+    assert all(len(r.logprobs) == len(r.token_ids) for r in results)
+
+
+def test_generation_stops_at_end_of_turn(tiny_model, tiny_tokenizer, conversations):
+    end_id = tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    # Make <|im_end|> the model's favourite token by raising its logit through a hook on the output layer.
+    hook = tiny_model.lm_head.register_forward_hook(lambda module, args, out: out.index_add(
+        -1, torch.tensor([end_id]), torch.full((*out.shape[:-1], 1), 50.0)))
+    try:
+        result = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=0).generate(
+            requests_for(tiny_tokenizer, conversations)[:1])[0]
+    finally:
+        hook.remove()
+    assert result.token_ids == [end_id] and result.finished and result.text == ""
+    assert result.logprobs[0] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_sampling_is_seeded(tiny_model, tiny_tokenizer, conversations):
+    requests = requests_for(tiny_tokenizer, conversations, max_new_tokens=16)
+    first = HFPolicy(tiny_model, tiny_tokenizer, seed=7).generate(requests)
+    again = HFPolicy(tiny_model, tiny_tokenizer, seed=7).generate(requests)
+    other = HFPolicy(tiny_model, tiny_tokenizer, seed=8).generate(requests)
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+    assert [r.token_ids for r in first] != [r.token_ids for r in other]
+
+
+def test_text_requests_are_refused(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="tokenizer"):
+        HFPolicy(tiny_model, tiny_tokenizer).generate([TurnRequest(messages=[{"role": "user", "content": "hi"}])])
+
+
+def test_left_pad_and_cut_at_end_of_turn():
+    assert left_pad([[5, 6, 7], [8]], pad_id=0) == ([[5, 6, 7], [0, 0, 8]], [[1, 1, 1], [0, 0, 1]])
+    assert cut_at_end_of_turn([4, 2, 9, 0, 0], end_id=2, max_new_tokens=5) == ([4, 2], True)
+    assert cut_at_end_of_turn([4, 5, 6, 2], end_id=2, max_new_tokens=3) == ([4, 5, 6], False)
+
+
+def play_turns(policy, tokenizer, conversations, turns=3):
+    """Run a few lockstep turns of five episodes, appending each sampled turn and a tool response."""
+    contexts = [r.token_ids for r in requests_for(tokenizer, conversations)]
+    sampled = []
+    for _ in range(turns):
+        requests = [TurnRequest(messages=[], token_ids=ids, max_new_tokens=6 + 2 * i, episode_id=f"ep{i}")
+                    for i, ids in enumerate(contexts)]
+        results = policy.generate(requests)
+        sampled.append([r.token_ids for r in results])
+        contexts = [ids + r.token_ids + tokens.tool_segment_ids(tokenizer, conversations[i][3]["content"])
+                    for i, (ids, r) in enumerate(zip(contexts, results))]
+    return sampled
+
+
+def test_reusing_episode_caches_across_turns_gives_the_same_turns(tiny_model, tiny_tokenizer, conversations):
+    cached = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+    fresh = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, reuse_cache=False)
+    assert play_turns(cached, tiny_tokenizer, conversations) == play_turns(fresh, tiny_tokenizer, conversations)
+    assert set(cached.caches) == {f"ep{i}" for i in range(5)} and not fresh.caches
+
+
+def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversations):
+    from components.models.factory import build_tiny_model
+
+    model = build_tiny_model(tiny_tokenizer, seed=1, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                             intermediate_size=64)
+    policy = HFPolicy(model, tiny_tokenizer, greedy=True)
+    play_turns(policy, tiny_tokenizer, conversations, turns=1)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.5 * torch.randn_like(parameter))  # an in-place update, as an optimiser step does
+    after_update = play_turns(policy, tiny_tokenizer, conversations, turns=2)
+    reference = play_turns(HFPolicy(model, tiny_tokenizer, greedy=True, reuse_cache=False), tiny_tokenizer,
+                           conversations, turns=2)
+    assert after_update == reference

@@ -1,0 +1,84 @@
+"""The tiny tokenizer: protocol strings survive a round trip, tags are single tokens, and the chat template renders
+exactly the ids the agent loop builds from segments."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from components.agent import tokens
+from components.models.tokenizer import PROTOCOL_TAGS, SPECIAL_TOKENS
+
+
+def test_every_tag_and_special_token_is_one_token(tiny_tokenizer):
+    for tag in PROTOCOL_TAGS + SPECIAL_TOKENS:
+        assert tiny_tokenizer.encode(tag, add_special_tokens=False) == [tiny_tokenizer.convert_tokens_to_ids(tag)]
+
+
+def test_protocol_strings_round_trip(tiny_tokenizer, conversations):
+    from components.travel.protocol import PLAN_EXAMPLE, tool_response
+
+    samples = [m["content"] for m in conversations[0]]
+    samples += [json.dumps(PLAN_EXAMPLE), tool_response("Ünïcödé café → 東京, 7 km\n\ttabs"), " leading space",
+                "<think></think><answer>-</answer>", "2022-03-16 F3633413 $1,433"]
+    for text in samples:
+        ids = tiny_tokenizer.encode(text, add_special_tokens=False)
+        assert tiny_tokenizer.decode(ids) == text
+
+
+def test_tags_are_kept_when_special_tokens_are_skipped(tiny_tokenizer):
+    ids = tiny_tokenizer.encode("<think>go</think><tool_call>{}</tool_call><|im_end|>", add_special_tokens=False)
+    assert tiny_tokenizer.decode(ids, skip_special_tokens=True) == "<think>go</think><tool_call>{}</tool_call>"
+
+
+def test_digit_runs_merge_into_few_tokens(tiny_tokenizer):
+    # Qwen splits every digit; ours lets BPE merge runs seen in the corpus (shorter, easier-to-copy dates and ids).
+    assert len(tiny_tokenizer.encode("2022", add_special_tokens=False)) == 1
+    assert len(tiny_tokenizer.encode("2022-03-16", add_special_tokens=False)) < 10
+
+
+def test_pad_and_end_of_turn_tokens(tiny_tokenizer):
+    assert tiny_tokenizer.eos_token == "<|im_end|>"
+    assert tiny_tokenizer.pad_token == "<|endoftext|>"
+    assert tiny_tokenizer.padding_side == "left"
+
+
+def _template_ids(tokenizer, messages, add_generation_prompt):
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tokenizer.encode(rendered, add_special_tokens=False)
+
+
+def test_chat_template_matches_the_loop_segments(tiny_tokenizer, conversations):
+    system, user, call, observation, answer = conversations[3]
+    loop_ids = (tokens.prompt_ids(tiny_tokenizer, [system, user])
+                + tokens.assistant_ids(tiny_tokenizer, call["content"])
+                + tokens.tool_segment_ids(tiny_tokenizer, observation["content"]))
+    # Mid-episode, the context ends with the generation prompt: both give the same ids.
+    assert _template_ids(tiny_tokenizer, [system, user, call, observation], True) == loop_ids
+    # A finished episode: the template adds only the newline after the last <|im_end|>.
+    finished = loop_ids + tokens.assistant_ids(tiny_tokenizer, answer["content"])
+    assert _template_ids(tiny_tokenizer, conversations[3], False) == finished + tiny_tokenizer.encode("\n")
+
+
+def test_apply_chat_template_tokenize_gives_the_same_ids(tiny_tokenizer, conversations):
+    encoded = tiny_tokenizer.apply_chat_template(conversations[1][:2], add_generation_prompt=True, tokenize=True)
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    assert list(ids) == tokens.prompt_ids(tiny_tokenizer, conversations[1][:2])
+
+
+def test_saved_tokenizer_loads_back_identically(tiny_tokenizer, conversations, tmp_path):
+    from components.models.loading import load_tokenizer
+
+    tiny_tokenizer.save_pretrained(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    text = tokens.render_prompt(conversations[2][:2])
+    assert loaded.encode(text, add_special_tokens=False) == tiny_tokenizer.encode(text, add_special_tokens=False)
+    assert loaded.apply_chat_template(conversations[2], tokenize=False) == \
+        tiny_tokenizer.apply_chat_template(conversations[2], tokenize=False)
+
+
+def test_vocab_size_must_leave_room_for_merges():
+    from components.models.tokenizer import build_tiny_tokenizer
+
+    with pytest.raises(ValueError, match="vocab_size"):
+        build_tiny_tokenizer(["hello"], vocab_size=100)
