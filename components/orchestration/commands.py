@@ -1,0 +1,190 @@
+"""`star preset use`, `star run`, `star sweep`, `star deploy`, `star ui`: the pipeline as a whole.
+
+Prefect and MLflow are imported inside the handlers, so `star --help` stays instant.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from components.errors import UserError
+
+MLFLOW_PORT = 5000
+PREFECT_PORT = 4200
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the orchestration sub-commands to `star`."""
+    preset = subparsers.add_parser("preset", help="apply a per-scale preset to params/")
+    preset_sub = preset.add_subparsers(dest="preset_command", metavar="ACTION", required=True)
+    use = preset_sub.add_parser("use", help="deep-merge params/presets/<name>.yaml into params/<family>.yaml")
+    use.add_argument("name", help="tiny, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, or any params/presets/<name>.yaml")
+    use.add_argument("--params-dir", default="params", type=Path)
+    use.set_defaults(handler=preset_use)
+    listing = preset_sub.add_parser("list", help="list the presets")
+    listing.add_argument("--params-dir", default="params", type=Path)
+    listing.set_defaults(handler=preset_list)
+
+    run = subparsers.add_parser("run", help="run the DVC pipeline as a Prefect flow (one task per stage)")
+    run.add_argument("--preset", help="apply this preset to params/ first")
+    run.add_argument("--stages", nargs="+", metavar="STAGE", help="only these stages (and their upstream)")
+    run.add_argument("--experiment", help="MLflow experiment name (default: star-<preset>)")
+    run.add_argument("--retries", type=int, default=1, help="retries of a stage after a transient failure")
+    run.add_argument("--force", action="store_true", help="re-run stages even when DVC finds them up to date")
+    run.set_defaults(handler=run_pipeline)
+
+    sweep = subparsers.add_parser("sweep", help="run ablation variants as DVC experiments under one MLflow run")
+    sweep.add_argument("--variant", action="append", required=True, metavar="NAME=FILE:KEY=VALUE[,FILE:KEY=VALUE]",
+                       help="e.g. macro=params/rl.yaml:rl.reward=macro (repeat per variant)")
+    sweep.add_argument("--experiment", help="MLflow experiment name")
+    sweep.add_argument("--in-workspace", action="store_true", help="run in the workspace instead of a temp copy")
+    sweep.set_defaults(handler=run_sweep)
+
+    deploy = subparsers.add_parser("deploy", help="register the scheduled pipeline deployment with Prefect")
+    deploy.add_argument("--name", default="nightly")
+    deploy.add_argument("--cron", default="0 2 * * *", help="cron schedule (default: nightly at 02:00)")
+    deploy.add_argument("--timezone", default="UTC")
+    deploy.add_argument("--work-pool", default="star", help="process work pool (created if absent)")
+    deploy.add_argument("--preset")
+    deploy.add_argument("--stages", nargs="+", metavar="STAGE")
+    deploy.add_argument("--experiment")
+    deploy.add_argument("--serve", action="store_true", help="serve the schedule from this process instead")
+    deploy.set_defaults(handler=deploy_pipeline)
+
+    ui = subparsers.add_parser("ui", help="print (or --start) the MLflow and Prefect UIs on 127.0.0.1")
+    ui.add_argument("--start", action="store_true", help="start both servers and wait (Ctrl-C stops them)")
+    ui.add_argument("--mlflow-port", type=int, default=MLFLOW_PORT)
+    ui.add_argument("--prefect-port", type=int, default=PREFECT_PORT)
+    ui.set_defaults(handler=show_ui)
+
+
+def preset_use(args: argparse.Namespace) -> int:
+    """Apply a preset and print every value it changed."""
+    from components.orchestration.presets import apply_preset
+
+    changes = apply_preset(args.name, args.params_dir)
+    for change in changes:
+        print(change)
+    print(f"preset '{args.name}' applied to {args.params_dir}/ ({len(changes)} value(s) changed)")
+    return 0
+
+
+def preset_list(args: argparse.Namespace) -> int:
+    """Print the available presets, marking the active one."""
+    from components.orchestration.presets import active_preset, available_presets
+
+    active = active_preset(args.params_dir)
+    for name in available_presets(args.params_dir / "presets"):
+        print(f"{'*' if name == active else ' '} {name}")
+    return 0
+
+
+def _project_root() -> Path:
+    from components.tracking import repo_root
+
+    root = repo_root()
+    if not (root / "dvc.yaml").exists():
+        raise UserError(f"no dvc.yaml in {root} or its parents: run `star run` inside the project")
+    return root
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """Run the pipeline flow and print each stage's status."""
+    from flows.pipeline import pipeline
+
+    statuses = pipeline(stages=args.stages, preset=args.preset, experiment=args.experiment,
+                        root=str(_project_root()), retries=args.retries, force=args.force)
+    for stage, status in statuses.items():
+        print(f"{stage:<16} {status}")
+    return 0
+
+
+def parse_variants(specs: list[str]) -> dict[str, list[str]]:
+    """`name=file:key=value[,file:key=value]` specs as {name: [overrides]}."""
+    variants: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, overrides = spec.partition("=")
+        if not sep or not name or ":" not in overrides or "=" not in overrides:
+            raise UserError(f"bad --variant '{spec}': expected NAME=FILE:KEY=VALUE, "
+                            "e.g. macro=params/rl.yaml:rl.reward=macro")
+        variants[name] = overrides.split(",")
+    return variants
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    """Run the sweep flow and print each variant's DVC experiment."""
+    from flows.sweep import sweep
+
+    results = sweep(parse_variants(args.variant), root=str(_project_root()), experiment=args.experiment,
+                    temp=not args.in_workspace)
+    for variant, exp_name in results.items():
+        print(f"{variant:<16} dvc experiment {exp_name}")
+    print("compare: dvc exp show; dvc metrics diff; dvc plots diff")
+    return 0
+
+
+def deploy_pipeline(args: argparse.Namespace) -> int:
+    """Register (or serve) the scheduled pipeline deployment."""
+    from flows import deploy
+
+    root = _project_root()
+    if args.serve:
+        deploy.serve(root, args.name, args.cron, args.preset, args.stages, args.experiment)
+        return 0
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UserError("scheduling needs a Prefect server: start one (`prefect server start`, or `star ui --start`)"
+                        " and set PREFECT_API_URL=http://127.0.0.1:4200/api, or use `star deploy --serve`")
+    deployment_id = deploy.register(root, args.name, args.cron, args.work_pool, args.preset, args.stages,
+                                    args.experiment, args.timezone)
+    print(f"deployment star-pipeline/{args.name} ({deployment_id}) scheduled '{args.cron}' ({args.timezone}) "
+          f"on work pool '{args.work_pool}'")
+    print(f"start a worker to run it: prefect worker start --pool {args.work_pool}")
+    return 0
+
+
+def ui_commands(root: Path, mlflow_port: int, prefect_port: int) -> dict[str, list[str]]:
+    """The commands that serve the MLflow and Prefect UIs for this project on 127.0.0.1."""
+    from components.tracking import tracking_uri
+
+    bin_dir = Path(sys.executable).parent
+    mlflow = str(bin_dir / "mlflow") if (bin_dir / "mlflow").exists() else "mlflow"
+    prefect = str(bin_dir / "prefect") if (bin_dir / "prefect").exists() else "prefect"
+    return {
+        "mlflow": [mlflow, "ui", "--backend-store-uri", tracking_uri(root), "--host", "127.0.0.1",
+                   "--port", str(mlflow_port)],
+        "prefect": [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(prefect_port)],
+    }
+
+
+def show_ui(args: argparse.Namespace) -> int:
+    """Print how to open the UIs, or start both servers and wait."""
+    from components.tracking import display_uri
+
+    root = _project_root()
+    commands = ui_commands(root, args.mlflow_port, args.prefect_port)
+    urls = {"mlflow": f"http://127.0.0.1:{args.mlflow_port}", "prefect": f"http://127.0.0.1:{args.prefect_port}"}
+    if os.environ.get("MLFLOW_TRACKING_URI", "").startswith("http"):
+        print(f"MLflow server: {display_uri(os.environ['MLFLOW_TRACKING_URI'])}")
+        commands.pop("mlflow")
+    for name, command in commands.items():
+        print(f"{name:<8} {urls[name]:<24} {shlex.join(command)}")
+    print(f"then: export PREFECT_API_URL={urls['prefect']}/api")
+    if not args.start:
+        return 0
+    processes = [subprocess.Popen(command, cwd=root) for command in commands.values()]
+    try:
+        while all(p.poll() is None for p in processes):
+            time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=30)
+    return 0

@@ -1,0 +1,203 @@
+"""Presets: per-scale overlays (`params/presets/<name>.yaml`, keyed by family) deep-merged into `params/`.
+
+`star preset use qwen2.5-7b` rewrites `params/<family>.yaml` for every family the overlay names, keeping the
+comments and key order of the files (ruamel round-trip), creating files that do not exist yet, and recording the
+active preset in `params/preset.yaml` (read by `components.tracking` to name the MLflow experiment). The params
+files stay plain YAML, so `dvc exp run -S params/rl.yaml:rl.reward=macro` keeps working.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
+
+from components.errors import UserError
+
+MISSING = object()  # a key the params file did not have
+FAMILIES = ("world", "queries", "teacher", "filter", "model", "sft", "rl", "validate", "ood_qa", "report")
+ACTIVE_PRESET_FILE = "preset.yaml"
+
+
+@dataclass(frozen=True)
+class Change:
+    """One leaf value a preset sets: `file` and dotted `key`, the value before (MISSING if absent) and after."""
+
+    file: str
+    key: str
+    old: Any
+    new: Any
+
+    def __str__(self) -> str:
+        before = "(new)" if self.old is MISSING else repr(self.old)
+        return f"{self.file}: {self.key}: {before} -> {self.new!r}"
+
+
+def _yaml() -> YAML:
+    yaml = YAML()  # round-trip: keeps comments and key order
+    yaml.preserve_quotes = True
+    yaml.width = 120
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    yaml.representer.add_representer(type(None), _represent_null)
+    return yaml
+
+
+def _represent_null(representer, _value):
+    """Write None as `null` (ruamel's default is an empty value, which reads badly in a params file)."""
+    return representer.represent_scalar("tag:yaml.org,2002:null", "null")
+
+
+def available_presets(presets_dir: Path) -> list[str]:
+    """Names of the presets in `presets_dir` (file stems)."""
+    return sorted(p.stem for p in presets_dir.glob("*.yaml"))
+
+
+def load_preset(name: str, presets_dir: Path) -> dict[str, Any]:
+    """Read and check one preset overlay: a mapping from known families to mappings."""
+    path = presets_dir / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(available_presets(presets_dir)) or "none"
+        raise UserError(f"unknown preset '{name}': no {path} (available: {known})")
+    overlay = _yaml().load(path.read_text()) or {}
+    if not isinstance(overlay, dict):
+        raise UserError(f"{path}: a preset must be a mapping of families, found {type(overlay).__name__}")
+    for family, section in overlay.items():
+        if family not in FAMILIES:
+            raise UserError(f"{path}: unknown family '{family}' (families: {', '.join(FAMILIES)})")
+        if not isinstance(section, dict):
+            raise UserError(f"{path}: '{family}' must be a mapping of params, found {type(section).__name__}")
+    return overlay
+
+
+def deep_merge(base: dict, overlay: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Merge `overlay` into `base` in place (mappings recursively, everything else replaced).
+
+    Returns the leaves that changed as (dotted key, old value or MISSING, new value).
+    """
+    changes: list[tuple[str, Any, Any]] = []
+    for key, new in overlay.items():
+        dotted = f"{prefix}{key}"
+        old = base.get(key, MISSING)
+        if isinstance(new, dict):
+            if not isinstance(old, dict):  # a new block: report its leaves one by one
+                base[key] = old = CommentedMap()
+            changes += deep_merge(old, new, prefix=f"{dotted}.")
+            continue
+        plain_new = _plain(new)
+        if old is MISSING or _plain(old) != plain_new:
+            base[key] = _copy(new)
+            changes.append((dotted, _plain(old), plain_new))
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    """ruamel containers as plain dicts/lists, for comparing and printing."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _copy(value: Any) -> Any:
+    """A fresh ruamel container (so a merged-in block does not alias the overlay)."""
+    if isinstance(value, dict):
+        copy = CommentedMap()
+        for k, v in value.items():
+            copy[k] = _copy(v)
+        return copy
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def merge_into_file(path: Path, family: str, section: dict) -> list[Change]:
+    """Deep-merge `section` into `family:` of the YAML file at `path` (created if missing); return the changes."""
+    yaml = _yaml()
+    document = yaml.load(path.read_text()) if path.exists() else None
+    if document is None:
+        document = CommentedMap()
+    if not isinstance(document, dict):
+        raise UserError(f"{path}: expected a mapping at the top level, found {type(document).__name__}")
+    if not isinstance(document.get(family), dict):
+        document[family] = CommentedMap()
+    changes = [Change(str(path), f"{family}.{key}", old, new)
+               for key, old, new in deep_merge(document[family], section)]
+    if changes or not path.exists():
+        buffer = io.StringIO()
+        yaml.dump(document, buffer)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(buffer.getvalue())
+    return changes
+
+
+def apply_preset(name: str, params_dir: Path) -> list[Change]:
+    """Write preset `name` (from `params_dir/presets`) into `params_dir/<family>.yaml`; record it as active."""
+    overlay = load_preset(name, params_dir / "presets")
+    changes: list[Change] = []
+    for family, section in overlay.items():
+        changes += merge_into_file(params_dir / f"{family}.yaml", family, section)
+    (params_dir / ACTIVE_PRESET_FILE).write_text(
+        "# Written by `star preset use`: the preset the params/ files were last set from (names the MLflow experiment).\n"
+        f"preset: {name}\n"
+    )
+    return changes
+
+
+def active_preset(params_dir: Path) -> str | None:
+    """The preset recorded by the last `star preset use`, or None."""
+    path = params_dir / ACTIVE_PRESET_FILE
+    if not path.exists():
+        return None
+    data = YAML(typ="safe").load(path.read_text()) or {}
+    return str(data["preset"]) if isinstance(data, dict) and data.get("preset") else None
+
+
+# Where each family's typed params live (the stage packages own them); `check_params` validates all of them
+# before a pipeline run, so a typo fails in a second instead of after an hour of upstream stages.
+PARAMS_MODELS = {
+    "world": "components.travel.synthetic:WorldParams",
+    "queries": "components.synthesis.synthesize:QueriesParams",
+    "teacher": "components.synthesis.teacher:TeacherParams",
+    "filter": "components.synthesis.filter:FilterParams",
+    "model": "components.models.params:ModelParams",
+    "sft": "components.training.sft:SFTParams",
+    "rl": "components.training.rl.params:RLParams",
+    "validate": "components.evaluation.validate:ValidateParams",
+    "ood_qa": "components.evaluation.ood_qa:OODQAParams",
+    "report": "components.evaluation.report:ReportParams",
+}
+
+
+def params_model(family: str) -> type | None:
+    """The pydantic model of a family's params, or None when its stage package does not define one (yet)."""
+    import importlib
+
+    spec = PARAMS_MODELS.get(family)
+    if spec is None:
+        return None
+    module_name, _, class_name = spec.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
+        return None
+
+
+def check_params(params_dir: Path, families: tuple[str, ...] = FAMILIES) -> list[str]:
+    """Validate every existing `params/<family>.yaml` with its model; return the problems (file, key, reason)."""
+    from components.params import ParamsError, load_section
+
+    problems = []
+    for family in families:
+        path = params_dir / f"{family}.yaml"
+        model = params_model(family) if path.exists() else None  # importing a stage package costs seconds
+        if model is None:
+            continue
+        try:
+            load_section(path, family, model)
+        except ParamsError as exc:
+            problems.append(str(exc))
+    return problems

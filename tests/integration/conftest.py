@@ -1,0 +1,137 @@
+"""Real servers for the integration tests, each started once per session on a free 127.0.0.1 port:
+moto's S3 server, an MLflow tracking server storing artifacts in that S3, and a Prefect API server."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+BIN = Path(sys.executable).parent
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing-access-key",
+    "AWS_SECRET_ACCESS_KEY": "testing-secret-key-xyz",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    # S3-compatible stores other than AWS reject boto3's default checksums (PIPELINE.md)
+    "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
+    "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server for {url} exited:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"server for {url} did not come up in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+def launch(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start a server in the background, its output in `cwd/server.log`."""
+    with open(cwd / "server.log", "w") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=cwd)
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.fixture(scope="session")
+def aws_env():
+    """Fake AWS credentials for the whole session (moto accepts any)."""
+    saved = {k: os.environ.get(k) for k in AWS_ENV}
+    os.environ.update(AWS_ENV)
+    yield AWS_ENV
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def servers(tmp_path_factory, aws_env):
+    """moto's S3 server, an MLflow server with artifacts in its S3, and a Prefect server, started side by side
+    (their start-up overlaps: about half the wall time of starting them one after the other)."""
+    import boto3
+
+    ports = {name: free_port() for name in ("s3", "mlflow", "prefect")}
+    s3_url, mlflow_url = f"http://127.0.0.1:{ports['s3']}", f"http://127.0.0.1:{ports['mlflow']}"
+    prefect_api = f"http://127.0.0.1:{ports['prefect']}/api"
+    work = {name: tmp_path_factory.mktemp(name) for name in ports}
+    launched = {
+        "s3": launch([str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(ports["s3"])], work["s3"], {}),
+        "mlflow": launch([str(BIN / "mlflow"), "server", "--backend-store-uri",
+                          f"sqlite:///{work['mlflow'] / 'mlflow.db'}", "--artifacts-destination",
+                          "s3://star-mlflow/artifacts", "--host", "127.0.0.1", "--port", str(ports["mlflow"]),
+                          "--workers", "1"], work["mlflow"], {"MLFLOW_S3_ENDPOINT_URL": s3_url}),
+        "prefect": launch([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port",
+                           str(ports["prefect"])], work["prefect"], prefect_env(work["prefect"])),
+    }
+    try:
+        for name, url in (("s3", f"{s3_url}/moto-api/"), ("mlflow", f"{mlflow_url}/health"),
+                          ("prefect", f"{prefect_api}/health")):
+            wait_until_up(url, launched[name], work[name] / "server.log")
+        s3 = boto3.client("s3", endpoint_url=s3_url)
+        for bucket in ("star-mlflow", "star-dvc"):
+            s3.create_bucket(Bucket=bucket)
+        yield {"s3": s3_url, "mlflow": mlflow_url, "prefect": prefect_api, "prefect_home": work["prefect"]}
+    finally:
+        for process in launched.values():
+            stop(process)
+
+
+def prefect_env(home: Path) -> dict[str, str]:
+    return {"PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}"}
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(servers) -> str:
+    """moto's S3 server, with the buckets `star-mlflow` and `star-dvc`."""
+    return servers["s3"]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(servers) -> str:
+    """`mlflow server` on sqlite with artifacts proxied to s3://star-mlflow/artifacts on moto."""
+    return servers["mlflow"]
+
+
+@pytest.fixture(scope="session")
+def prefect_server(servers) -> str:
+    """`prefect server start` on its own PREFECT_HOME; the session's flows and clients talk to it."""
+    api = servers["prefect"]
+    saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_SERVER_ANALYTICS_ENABLED")}
+    os.environ.update(PREFECT_API_URL=api, PREFECT_HOME=str(servers["prefect_home"]),
+                      PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: api}):  # wins over a test harness of another test module
+        yield api
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -1,0 +1,59 @@
+"""The `star preset`, `star sweep` and `star ui` commands as a user calls them."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import yaml
+
+from components.errors import UserError
+from components.orchestration import commands
+
+
+def star(*argv: str) -> int:
+    """Parse and run one orchestration command, the way `star` does."""
+    parser = argparse.ArgumentParser(prog="star")
+    commands.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+def test_preset_use_writes_the_overlay_and_prints_the_changes(tmp_path, capsys):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "big.yaml").write_text("sft:\n  epochs: 6\n  learning_rate: 5.0e-6\n")
+    (tmp_path / "sft.yaml").write_text("# SFT\nsft:\n  epochs: 3\n  learning_rate: 0.002\n  seed: 0\n")
+    assert star("preset", "use", "big", "--params-dir", str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "sft.epochs: 3 -> 6" in out and "2 value(s) changed" in out
+    assert yaml.safe_load((tmp_path / "sft.yaml").read_text()) == {"sft": {"epochs": 6, "learning_rate": 5e-6,
+                                                                           "seed": 0}}
+    assert star("preset", "list", "--params-dir", str(tmp_path)) == 0
+    assert capsys.readouterr().out.strip() == "* big"
+
+
+def test_sweep_variants_parse_into_dvc_overrides():
+    assert commands.parse_variants(["macro=params/rl.yaml:rl.reward.kind=macro",
+                                    "big=params/rl.yaml:rl.epochs=5,params/sft.yaml:sft.epochs=6"]) == {
+        "macro": ["params/rl.yaml:rl.reward.kind=macro"],
+        "big": ["params/rl.yaml:rl.epochs=5", "params/sft.yaml:sft.epochs=6"]}
+    with pytest.raises(UserError, match="expected NAME=FILE:KEY=VALUE"):
+        commands.parse_variants(["macro"])
+
+
+def test_ui_prints_both_servers_on_localhost(tmp_path, monkeypatch, capsys):
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(tmp_path)
+    for name in ("MLFLOW_TRACKING_URI", "DVC_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    assert star("ui") == 0
+    out = capsys.readouterr().out
+    assert f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db --host 127.0.0.1 --port 5000" in out
+    assert "server start --host 127.0.0.1 --port 4200" in out
+    assert "PREFECT_API_URL=http://127.0.0.1:4200/api" in out
+
+
+def test_run_outside_a_project_says_where_to_run_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DVC_ROOT", raising=False)
+    with pytest.raises(UserError, match="no dvc.yaml"):
+        star("run", "--stages", "world")

@@ -1,0 +1,117 @@
+"""Presets: overlays keyed by family, deep-merged into params/ with comments kept."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.errors import UserError
+from components.orchestration.presets import (
+    FAMILIES, MISSING, active_preset, apply_preset, check_params, deep_merge, load_preset, merge_into_file,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+PRESETS = REPO / "params" / "presets"
+REAL_PRESETS = ("qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
+
+
+def leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_deep_merge_replaces_leaves_and_reports_what_changed():
+    base = {"rl": {"epochs": 1, "reward": {"kind": "sum", "format_reward": 0.0}}}
+    changes = deep_merge(base, {"rl": {"epochs": 5, "reward": {"kind": "macro"}, "seed": 3}})
+    assert base == {"rl": {"epochs": 5, "reward": {"kind": "macro", "format_reward": 0.0}, "seed": 3}}
+    assert changes == [("rl.epochs", 1, 5), ("rl.reward.kind", "sum", "macro"), ("rl.seed", MISSING, 3)]
+
+
+def test_merge_into_file_keeps_comments_and_untouched_keys(tmp_path):
+    path = tmp_path / "sft.yaml"
+    path.write_text("# sft stage\nsft:\n  epochs: 3          # passes\n  seed: 0\n  max_steps: null\n")
+    changes = merge_into_file(path, "sft", {"epochs": 6})
+    text = path.read_text()
+    assert [str(c) for c in changes] == [f"{path}: sft.epochs: 3 -> 6"]
+    assert "# sft stage" in text and "# passes" in text and "max_steps: null" in text
+    assert yaml.safe_load(text) == {"sft": {"epochs": 6, "seed": 0, "max_steps": None}}
+
+
+def test_apply_preset_creates_missing_files_and_records_the_preset(tmp_path):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "big.yaml").write_text("rl:\n  epochs: 5\n  reward:\n    kind: sum\n")
+    changes = apply_preset("big", tmp_path)
+    assert yaml.safe_load((tmp_path / "rl.yaml").read_text()) == {"rl": {"epochs": 5, "reward": {"kind": "sum"}}}
+    assert {c.key for c in changes} == {"rl.epochs", "rl.reward.kind"}
+    assert active_preset(tmp_path) == "big"
+    assert apply_preset("big", tmp_path) == []  # applying twice changes nothing
+
+
+def test_unknown_preset_lists_the_available_ones(tmp_path):
+    (tmp_path / "tiny.yaml").write_text("world:\n  source: synthetic\n")
+    with pytest.raises(UserError, match=r"unknown preset 'huge'.*available: tiny"):
+        load_preset("huge", tmp_path)
+
+
+def test_a_preset_naming_an_unknown_family_is_rejected_with_file_and_key(tmp_path):
+    (tmp_path / "typo.yaml").write_text("rll:\n  epochs: 5\n")
+    with pytest.raises(UserError, match=r"typo.yaml: unknown family 'rll'"):
+        load_preset("typo", tmp_path)
+
+
+@pytest.mark.parametrize("name", ("tiny", *REAL_PRESETS))
+def test_shipped_presets_name_only_known_families(name):
+    overlay = load_preset(name, PRESETS)
+    assert set(overlay) <= set(FAMILIES)
+
+
+def test_tiny_restores_every_key_a_real_preset_sets():
+    tiny = set(leaves(yaml.safe_load((PRESETS / "tiny.yaml").read_text())))
+    for name in REAL_PRESETS:
+        real = set(leaves(yaml.safe_load((PRESETS / f"{name}.yaml").read_text())))
+        # a key is restored when tiny sets it, or a whole block above it (teacher.endpoint: null)
+        missed = [k for k in real if not any(".".join(k.split(".")[:i]) in tiny for i in range(1, k.count(".") + 2))]
+        assert missed == [], f"{name} sets keys tiny does not restore: {sorted(missed)}"
+
+
+def test_real_presets_follow_the_paper_recipe():
+    for name, epochs in (("qwen2.5-1.5b", 6), ("qwen2.5-3b", 4), ("qwen2.5-7b", 4)):
+        preset = yaml.safe_load((PRESETS / f"{name}.yaml").read_text())
+        assert preset["sft"]["learning_rate"] == 5e-6 and preset["sft"]["epochs"] == epochs
+        assert preset["sft"]["batch_size"] == 4 and preset["sft"]["cutoff_len"] == 20480
+        assert preset["rl"]["epochs"] == 5 and preset["rl"]["num_generations"] == 8
+        assert preset["queries"]["sizes"]["rl"] == 1000
+    assert yaml.safe_load((PRESETS / "qwen2.5-7b.yaml").read_text())["rl"]["reward"]["kind"] == "sum"
+    assert yaml.safe_load((PRESETS / "qwen2.5-1.5b.yaml").read_text())["rl"]["algorithm"] == "arpo"
+
+
+@pytest.mark.parametrize("name", REAL_PRESETS)
+def test_every_preset_leaves_params_that_the_stages_accept(name, tmp_path):
+    shutil.copytree(REPO / "params", tmp_path / "params")
+    apply_preset(name, tmp_path / "params")
+    assert check_params(tmp_path / "params") == []
+    apply_preset("tiny", tmp_path / "params")
+    assert check_params(tmp_path / "params") == []
+
+
+def test_tiny_is_the_current_params_defaults(tmp_path):
+    shutil.copytree(REPO / "params", tmp_path / "params")
+    existing = {f.stem for f in (tmp_path / "params").glob("*.yaml")}
+    changes = apply_preset("tiny", tmp_path / "params")
+    assert [str(c) for c in changes if Path(c.file).stem in existing] == []
+
+
+def test_check_params_names_the_file_and_the_bad_key(tmp_path):
+    shutil.copytree(REPO / "params", tmp_path / "params")
+    rl = tmp_path / "params" / "sft.yaml"
+    rl.write_text(rl.read_text().replace("epochs: 3", "epochs: three"))
+    problems = check_params(tmp_path / "params")
+    assert len(problems) == 1
+    assert "sft.yaml" in problems[0] and "sft.epochs" in problems[0]
