@@ -47,7 +47,7 @@ def _load_world_params(path: str):
 
 def _report(manifest: dict, out: str) -> None:
     rows = ", ".join(f"{name} {info['rows']:,}" for name, info in manifest["tables"].items())
-    print(f"wrote {out}: {rows}")
+    print(f"wrote {out}: {rows}; prompt style {manifest.get('prompt_style', 'full')}")
 
 
 def build_world(params, out: str) -> dict:
@@ -60,7 +60,8 @@ def build_world(params, out: str) -> dict:
 
     if not Path(params.source).exists():
         raise UserError(f"world.source={params.source!r} is neither \"synthetic\" nor an existing database folder")
-    return import_database(params.source, out, flights_from_ref_info=params.flights_from_ref_info)
+    return import_database(params.source, out, flights_from_ref_info=params.flights_from_ref_info,
+                           prompt_style=params.prompt_style)
 
 
 def build_handler(args: argparse.Namespace) -> int:

@@ -26,10 +26,10 @@ class Step:
     info: dict = field(default_factory=dict)
 
 
-@functools.lru_cache(maxsize=1)
-def travel_system_prompt() -> str:
-    """The travel episode's system message (built once)."""
-    return protocol.system_prompt(TOOL_SCHEMAS)
+@functools.lru_cache(maxsize=len(protocol.PROMPT_STYLES))
+def travel_system_prompt(style: str = "full") -> str:
+    """The travel episode's system message in `style` ("full" | "compact"), built once per style."""
+    return protocol.system_prompt(TOOL_SCHEMAS, style=style)
 
 
 def query_text(query: Any) -> str:
@@ -44,12 +44,14 @@ class TravelEnv:
     """One TravelPlanner episode over `world`. `failure_rate` injects transient tool failures, seeded by `seed`.
 
     `max_protocol_errors`: when set, the episode ends (termination "protocol_errors") at that many malformed
-    turns; when None the agent loop's own limit decides.
+    turns; when None the agent loop's own limit decides. `prompt_style`: the system prompt's style; None takes
+    the world's (`world.prompt_style`, from its manifest), so every stage over one world shows the same prompt.
     """
 
     def __init__(self, world: World, query: Any, failure_rate: float = 0.0, seed: int = 0,
-                 max_protocol_errors: int | None = None):
+                 max_protocol_errors: int | None = None, prompt_style: str | None = None):
         self.world = world
+        self.prompt_style = prompt_style or getattr(world, "prompt_style", "full")
         self.query = query
         self.failure_rate = failure_rate
         self.seed = seed
@@ -62,7 +64,7 @@ class TravelEnv:
         self.protocol_errors = 0
         self.done = False
         return [
-            {"role": "system", "content": travel_system_prompt()},
+            {"role": "system", "content": travel_system_prompt(self.prompt_style)},
             {"role": "user", "content": query_text(self.query)},
         ]
 

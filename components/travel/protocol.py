@@ -78,17 +78,49 @@ class ProtocolError:
     message: str
 
 
+PROMPT_STYLES = ("full", "compact")
+
+COMPACT_TRAVEL_ROLE = "Plan the trip with the tools, then answer with the plan."
+COMPACT_TRAVEL_RULES = (
+    "Rules: use only tool results (exact names, cities, flight numbers); respect the budget, house rule, room "
+    "type, cuisines, transportation and minimum nights; one tool call per turn."
+)
+COMPACT_TURN_FORMAT = (
+    "<think>…</think><tool_call>{\"name\": …, \"arguments\": {…}}</tool_call> or "
+    "<think>…</think><answer>…</answer>"
+)
+COMPACT_PLAN_FORMAT = (
+    "Plan: a JSON list, one object per day with days, current_city, transportation, breakfast, attraction, "
+    "lunch, dinner, accommodation (\"Name, City\" or \"-\")."
+)
+
+
+def tool_signature(schema: dict) -> str:
+    """One line per tool: `Name(arg, arg: a|b)` (an enum's values after the argument name)."""
+    function = schema.get("function", schema)
+    properties = function.get("parameters", {}).get("properties", {})
+    args = [f"{name}: {'|'.join(spec['enum'])}" if spec.get("enum") else name
+            for name, spec in properties.items()]
+    return f"{function.get('name')}({', '.join(args)})"
+
+
 def system_prompt(tool_schemas: list[dict], role: str | None = None, rules: str | None = None,
-                  answer_format: str | None = None) -> str:
-    """The system message: role, rules, the tools as JSON inside `<tools>`, the turn format, the answer format.
+                  answer_format: str | None = None, style: str = "full") -> str:
+    """The system message: role, rules, the tools, the turn format, the answer format.
 
     With the travel tools the role, rules and plan format default to TravelPlanner's; other tool sets (the QA
-    episode) get a generic role unless given one.
+    episode) get a generic role unless given one. `style="full"` (real presets) lists the tools as JSON schemas
+    inside `<tools>` and shows an example plan; `style="compact"` (the tiny preset, a few hundred characters)
+    keeps the rules, one-line tool signatures and the turn and answer formats.
     """
     from components.travel.tools import TOOL_NAMES
 
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"prompt style {style!r} is not one of {list(PROMPT_STYLES)}")
     names = {schema.get("function", schema).get("name") for schema in tool_schemas}
     travel = bool(names & set(TOOL_NAMES))
+    if style == "compact":
+        return _compact_prompt(tool_schemas, travel, role, rules, answer_format)
     role = role if role is not None else (TRAVEL_ROLE if travel else GENERIC_ROLE)
     rules = rules if rules is not None else (TRAVEL_RULES if travel else "Make exactly one tool call per turn.")
     if answer_format is None:
@@ -100,6 +132,17 @@ def system_prompt(tool_schemas: list[dict], role: str | None = None, rules: str 
         f"# Turn format\n\nEach of your turns is exactly one of:\n{TURN_FORMAT}\n"
         f"A tool result comes back as <tool_response>…</tool_response>.\n\n# Answer\n\n{answer_format}"
     )
+
+
+def _compact_prompt(tool_schemas: list[dict], travel: bool, role: str | None, rules: str | None,
+                    answer_format: str | None) -> str:
+    """The short system message of `style="compact"`."""
+    role = role if role is not None else (COMPACT_TRAVEL_ROLE if travel else GENERIC_ROLE)
+    rules = rules if rules is not None else (COMPACT_TRAVEL_RULES if travel else "One tool call per turn.")
+    if answer_format is None:
+        answer_format = COMPACT_PLAN_FORMAT if travel else "Answer: a short text."
+    tools = "\n".join(tool_signature(schema) for schema in tool_schemas)
+    return f"{role}\n{rules}\nTools:\n{tools}\nTurn: {COMPACT_TURN_FORMAT}\n{answer_format}"
 
 
 def _error(problem: str) -> ProtocolError:

@@ -460,6 +460,11 @@ class World:
         """The dates that have at least one flight, sorted."""
         return list(self.flights.dates)
 
+    @property
+    def prompt_style(self) -> str:
+        """The system prompt style of episodes over this world ("full" unless the manifest says otherwise)."""
+        return str((self.manifest or {}).get("prompt_style") or "full")
+
 
 def table_sha256(path: str | Path) -> str:
     """sha256 of a Parquet file's content: column names, then each column's values and nulls.
@@ -496,8 +501,11 @@ def write_world(
     source: str,
     params: Mapping[str, Any] | None = None,
     holdout_states: list[str] | tuple[str, ...] = (),
+    prompt_style: str = "full",
 ) -> dict:
-    """Write one Parquet file per table plus manifest.json; returns the manifest."""
+    """Write one Parquet file per table plus manifest.json; returns the manifest.
+
+    `prompt_style` ("full" | "compact") is the system prompt every episode over this world uses (`TravelEnv`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     missing = [t for t in TABLES if t not in frames]
@@ -513,6 +521,7 @@ def write_world(
         "source": source,
         "params": dict(params) if params is not None else None,
         "holdout_states": list(holdout_states),
+        "prompt_style": prompt_style,
         "tables": tables,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
