@@ -103,6 +103,7 @@ class RLParams(Params):
     # schedule
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, gt=0)  # overrides epochs when set
+    max_minutes: float | None = Field(None, gt=0)  # wall-clock budget: stop (checkpointed) after the step that crosses it
     queries_per_step: int = Field(4, gt=0)
     num_generations: int = Field(8, gt=1)  # G, trajectories per query (ARPO: arpo.budget instead)
     # optimisation

@@ -349,11 +349,15 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         totals["update_tokens"] += stats.get("processed_tokens", 0)
         totals["update_seconds"] += update_seconds
         bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
-        if step % params.checkpoint_every == 0 or step == total_steps:
+        out_of_time = params.max_minutes is not None and time.perf_counter() - wall_start > params.max_minutes * 60
+        if step % params.checkpoint_every == 0 or step == total_steps or out_of_time:
             ckpt.save_checkpoint(
                 paths.checkpoints, ckpt.TrainState(step=step, cursor=cursor.state(), history=history),
                 save_model=lambda d: save_hf(optimizer.unwrap(), parts.tokenizer, d, stage="rl", step=step),
                 save_optimizer=optimizer.save, keep=params.keep_checkpoints)
+        if out_of_time:
+            print(f"[rl] stopping after step {step} of {total_steps}: rl.max_minutes={params.max_minutes} reached")
+            break
     bar.close()
 
     save_hf(optimizer.unwrap(), parts.tokenizer, paths.out, stage="rl", steps=total_steps, algorithm=params.algorithm,
@@ -375,6 +379,7 @@ def summarize(history: list[dict], total_steps: int, resumed_from: int, totals: 
         "algorithm": params.algorithm,
         "reward_kind": params.reward.kind,
         "steps": total_steps,
+        "steps_completed": len(history),  # fewer than `steps` when rl.max_minutes stopped the run
         "resumed_from_step": resumed_from,
         "reward_first": rewards[0] if rewards else None,
         "reward_last": rewards[-1] if rewards else None,
