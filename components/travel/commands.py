@@ -65,7 +65,14 @@ def build_world(params, out: str) -> dict:
 
 
 def build_handler(args: argparse.Namespace) -> int:
-    _report(build_world(_load_world_params(args.params), args.out), args.out)
+    from components import tracking  # MLflow only; the sandbox itself imports no ML library
+
+    params = _load_world_params(args.params)
+    with tracking.stage_run("world", params=params) as run:
+        manifest = build_world(params, args.out)
+        run.log_metrics({f"rows/{name}": info["rows"] for name, info in manifest["tables"].items()})
+        run.log_artifact(str(Path(args.out) / "manifest.json"))
+    _report(manifest, args.out)
     return 0
 
 
