@@ -284,7 +284,34 @@ def stage_run(stage: str, params: Any = None, tags: Mapping[str, Any] | None = N
     """
     import mlflow
 
-    mlflow.set_tracking_uri(tracking_uri())
+    with _process_tracking_uri(tracking_uri()):
+        with _active_stage_run(mlflow, stage, params, tags) as run:
+            yield run
+
+
+@contextlib.contextmanager
+def _process_tracking_uri(uri: str) -> Iterator[None]:
+    """mlflow's process-wide tracking URI set to `uri` for the body, then put back as it was.
+
+    `mlflow.set_tracking_uri` is global (it also writes `MLFLOW_TRACKING_URI`): left set, it would send every later
+    `MlflowClient()` of a long-lived process (a notebook, a test session) to this run's store.
+    """
+    import mlflow
+    from mlflow.tracking._tracking_service import utils
+
+    previous, previous_env = utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)  # None also removes MLFLOW_TRACKING_URI
+        if previous_env is not None:
+            os.environ["MLFLOW_TRACKING_URI"] = previous_env
+
+
+@contextlib.contextmanager
+def _active_stage_run(mlflow, stage: str, params: Any, tags: Mapping[str, Any] | None) -> Iterator[Run]:
+    """The body of `stage_run`, once the tracking URI is in place."""
     parent_id = os.environ.get(PARENT_RUN_ENV) or None
     if parent_id:
         experiment_id = _client().get_run(parent_id).info.experiment_id

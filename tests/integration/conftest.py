@@ -1,8 +1,12 @@
-"""Real servers for the integration tests, each started once per session on a free 127.0.0.1 port:
-moto's S3 server, an MLflow tracking server storing artifacts in that S3, and a Prefect API server."""
+"""Real servers for the integration tests, each started once for this folder on a free 127.0.0.1 port:
+moto's S3 server, an MLflow tracking server storing artifacts in that S3, and a Prefect API server.
+
+Package-scoped (this folder is a package): the servers stop, and the environment is put back, after the last
+integration test, so nothing reaches the tests of other folders (e.g. tests/orchestration's own Prefect server)."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -43,26 +47,40 @@ def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float
     raise RuntimeError(f"server for {url} did not come up in {timeout} s:\n{log.read_text()[-3000:]}")
 
 
+def server_environment(extra: dict[str, str]) -> dict[str, str]:
+    """Our environment without any PREFECT_*/MLFLOW_* setting of the session (a server configures itself), plus
+    `extra`."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+    return {**inherited, **extra}
+
+
 def launch(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Start a server in the background, its output in `cwd/server.log`."""
+    """Start a server in the background in its own process group, its output in `cwd/server.log`."""
     with open(cwd / "server.log", "w") as out:
-        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **env}, cwd=cwd)
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=server_environment(env), cwd=cwd,
+                                start_new_session=True)
 
 
 def stop(process: subprocess.Popen) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+    """Stop a server and everything it started (mlflow's uvicorn and job consumers): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the leader is gone; its children may linger a moment
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return
 
 
-@pytest.fixture(scope="session")
-def aws_env():
-    """Fake AWS credentials for the whole session (moto accepts any)."""
-    saved = {k: os.environ.get(k) for k in AWS_ENV}
-    os.environ.update(AWS_ENV)
-    yield AWS_ENV
+def restore(saved: dict[str, str | None]) -> None:
+    """Put environment variables back as `saved` recorded them (None: was not set)."""
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)
@@ -70,7 +88,29 @@ def aws_env():
             os.environ[key] = value
 
 
-@pytest.fixture(scope="session")
+def forget_prefect_services() -> None:
+    """Stop Prefect's process-wide services (log and event workers, concurrency-slot acquirers).
+
+    Each keeps the API client it was started with: one left over from another Prefect server would acquire `gpu`
+    slots on that server while the flow releases them on this one, and the next GPU stage would wait forever.
+    """
+    from prefect._internal.concurrency.services import _QueueServiceBase
+
+    _QueueServiceBase.drain_all(timeout=30, at_exit=False)
+
+
+@pytest.fixture(scope="package")
+def aws_env():
+    """Fake AWS credentials for the integration tests (moto accepts any)."""
+    saved = {k: os.environ.get(k) for k in AWS_ENV}
+    os.environ.update(AWS_ENV)
+    try:
+        yield AWS_ENV
+    finally:
+        restore(saved)
+
+
+@pytest.fixture(scope="package")
 def servers(tmp_path_factory, aws_env):
     """moto's S3 server, an MLflow server with artifacts in its S3, and a Prefect server, started side by side
     (their start-up overlaps: about half the wall time of starting them one after the other)."""
@@ -107,31 +147,32 @@ def prefect_env(home: Path) -> dict[str, str]:
             "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home / 'prefect.db'}"}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def s3_endpoint(servers) -> str:
     """moto's S3 server, with the buckets `star-mlflow` and `star-dvc`."""
     return servers["s3"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def mlflow_server(servers) -> str:
     """`mlflow server` on sqlite with artifacts proxied to s3://star-mlflow/artifacts on moto."""
     return servers["mlflow"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def prefect_server(servers) -> str:
-    """`prefect server start` on its own PREFECT_HOME; the session's flows and clients talk to it."""
+    """`prefect server start` on its own PREFECT_HOME; the flows, clients and subprocesses of these tests talk
+    to it (in-process settings and environment both point at it, and are put back afterwards)."""
     api = servers["prefect"]
     saved = {k: os.environ.get(k) for k in ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_SERVER_ANALYTICS_ENABLED")}
     os.environ.update(PREFECT_API_URL=api, PREFECT_HOME=str(servers["prefect_home"]),
                       PREFECT_SERVER_ANALYTICS_ENABLED="false")
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with temporary_settings(updates={PREFECT_API_URL: api}):  # wins over a test harness of another test module
-        yield api
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    forget_prefect_services()
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            yield api
+            forget_prefect_services()  # flush logs and events to this server while it still runs
+    finally:
+        restore(saved)

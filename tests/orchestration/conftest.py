@@ -26,19 +26,38 @@ def mlflow_db(migrated_mlflow_db, tmp_path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session")
+def forget_prefect_services() -> None:
+    """Stop Prefect's process-wide services (log and event workers, concurrency-slot acquirers).
+
+    Each keeps the API client it was started with: one left over from another Prefect server would acquire `gpu`
+    slots on that server while the flow releases them on this one, and the next GPU stage would wait forever.
+    """
+    from prefect._internal.concurrency.services import _QueueServiceBase
+
+    _QueueServiceBase.drain_all(timeout=30, at_exit=False)
+
+
+@pytest.fixture(scope="package")
 def prefect_api(tmp_path_factory):
-    """A real Prefect API server on a temporary database for the whole session (PREFECT_HOME per run)."""
+    """A real Prefect API server on a temporary database for this folder's tests (PREFECT_HOME per run).
+
+    Package-scoped (this folder is a package): stopped after the last orchestration test, so that it cannot leak
+    into tests that start their own servers (tests/integration).
+    """
     home = tmp_path_factory.mktemp("prefect_home")
     saved = {k: os.environ.get(k) for k in ("PREFECT_HOME", "PREFECT_SERVER_ANALYTICS_ENABLED", "PREFECT_API_URL")}
     os.environ.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
     os.environ.pop("PREFECT_API_URL", None)
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    forget_prefect_services()
+    try:
+        with prefect_test_harness(server_startup_timeout=120):
+            yield
+            forget_prefect_services()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

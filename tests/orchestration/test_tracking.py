@@ -130,3 +130,13 @@ def test_log_model_refuses_a_folder_that_is_not_a_model(sqlite_store, tmp_path):
     with tracking.stage_run("sft") as run:
         with pytest.raises(FileNotFoundError, match="no config.json"):
             run.log_model(tmp_path)
+
+
+def test_a_stage_run_leaves_the_process_tracking_uri_as_it_found_it(sqlite_store, monkeypatch, tmp_path):
+    import mlflow
+
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    with tracking.stage_run("sft"):
+        assert mlflow.get_tracking_uri() == tracking.tracking_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", other)  # a later test, or a notebook, points somewhere else
+    assert mlflow.get_tracking_uri() == other
