@@ -26,6 +26,7 @@ from pydantic import Field
 
 from components.agent import tokens as tok
 from components.errors import UserError
+from components.jsonl import iter_jsonl
 from components.params import Params
 
 IGNORE_INDEX = -100
@@ -86,18 +87,9 @@ class SFTResult:
 
 def load_records(path: str | Path) -> list[dict]:
     """Chat records from a JSONL file, with an error that names the file and line when one is malformed."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"SFT records {path} do not exist (run the stage that writes them, e.g. `dvc repro sft_data`)")
     records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{number}: not valid JSON ({exc})") from exc
-        if not isinstance(record.get("messages"), list):
+    for number, record in iter_jsonl(path, missing_hint="run the stage that writes them, e.g. `dvc repro sft_data`"):
+        if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
             raise UserError(f"{path}:{number}: a chat record needs a 'messages' list")
         records.append(record)
     return records

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from components.errors import UserError
+from components.jsonl import iter_jsonl
 
 METRIC_LABELS = (
     ("delivery_rate", "Delivery rate"),
@@ -41,21 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def read_plans(path: str | Path) -> dict[int, Any]:
     """idx -> raw plan value from a plans JSONL file; errors name the line."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"plans file {path} does not exist")
     plans: dict[int, Any] = {}
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or "idx" not in record:
-                raise UserError(f'{path}:{line_no}: each line must be an object {{"idx": i, "plan": [...]}}')
-            plans[int(record["idx"])] = record.get("plan")
+    for line_no, record in iter_jsonl(path, missing_hint="the plans file: one {\"idx\", \"plan\"} object a line"):
+        if not isinstance(record, dict) or "idx" not in record:
+            raise UserError(f'{path}:{line_no}: each line must be an object {{"idx": i, "plan": [...]}}')
+        plans[int(record["idx"])] = record.get("plan")
     return plans
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from components.errors import UserError
+from components.jsonl import iter_jsonl
 
 LEVELS = ("easy", "medium", "hard")
 LOCAL_CONSTRAINT_KEYS = ("house rule", "cuisine", "room type", "transportation")
@@ -186,22 +187,13 @@ def _check_constraint_values(constraint: dict[str, Any], idx: Any) -> None:
 
 def load_queries(path: str | Path) -> list[Query]:
     """Load a query JSONL file (our schema, the official JSONL or Agent-STAR's release: same decoder)."""
-    path = Path(path)
-    if not path.exists():
-        raise QueryError(f"query file {path} does not exist (run the `queries` stage or pass the right --queries)")
     queries = []
-    with path.open(encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise QueryError(f"{path}:{line_no}: not valid JSON ({exc.msg})") from None
-            try:
-                queries.append(Query.from_dict(record, idx=len(queries)))
-            except QueryError as exc:
-                raise QueryError(f"{path}:{line_no}: {exc}") from None
+    hint = "run the `queries` stage or pass the right --queries"
+    for line_no, record in iter_jsonl(path, error=QueryError, missing_hint=hint):
+        try:
+            queries.append(Query.from_dict(record, idx=len(queries)))
+        except QueryError as exc:
+            raise QueryError(f"{path}:{line_no}: {exc}") from None
     _check_unique_idx(queries, path)
     return queries
 
