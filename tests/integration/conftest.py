@@ -33,7 +33,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:

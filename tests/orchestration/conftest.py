@@ -52,7 +52,7 @@ def prefect_api(tmp_path_factory):
 
     forget_prefect_services()
     try:
-        with prefect_test_harness(server_startup_timeout=120):
+        with prefect_test_harness(server_startup_timeout=300):  # a loaded 2-core CI machine is slow to start it
             yield
             forget_prefect_services()
     finally:
