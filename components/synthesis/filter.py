@@ -31,6 +31,7 @@ class FilterParams(Params):
     tokenizer: str | None = None  # a Hugging Face tokenizer folder; None uses the chars-per-token estimate
     eval_fraction: float = Field(0.1, ge=0, lt=1)
     seed: int = 0
+    rename_entities: bool = False  # fresh coined names per record (synthetic worlds; components/synthesis/rename.py)
 
 
 def estimate_counter(chars_per_token: float) -> Callable[[str], int]:

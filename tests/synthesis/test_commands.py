@@ -42,3 +42,35 @@ def test_a_missing_input_is_a_clear_user_error(tmp_path, capsys):
     code = main(["filter", "--params", str(tmp_path / "filter.yaml"), "--in", str(tmp_path / "none.jsonl"),
                  "--out", str(tmp_path / "sft")])
     assert code == 2 and "run `star teach`" in capsys.readouterr().err
+
+
+def test_filter_renames_entities_of_a_synthetic_world_and_refuses_an_imported_one(tiny_world_dir, tmp_path,
+                                                                                   monkeypatch, capsys):
+    import shutil
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.delenv("STAR_PARENT_RUN_ID", raising=False)
+    (tmp_path / "queries.yaml").write_text("queries:\n  sizes: {sft: 6, rl: 0, val: 0}\n  seed: 5\n")
+    (tmp_path / "filter.yaml").write_text("filter:\n  eval_fraction: 0.0\n  rename_entities: true\n")
+    (tmp_path / "teacher.yaml").write_text("teacher:\n  mistake_rate: 0.0\n")
+    assert main(["queries", "--params", str(tmp_path / "queries.yaml"), "--world", str(tiny_world_dir),
+                 "--out", str(tmp_path / "queries"), "--metrics", str(tmp_path / "q.json")]) == 0
+    assert main(["teach", "--params", str(tmp_path / "teacher.yaml"), "--world", str(tiny_world_dir),
+                 "--queries", str(tmp_path / "queries" / "sft.jsonl"), "--out", str(tmp_path / "traj.jsonl"),
+                 "--metrics", str(tmp_path / "t.json")]) == 0
+    assert main(["filter", "--params", str(tmp_path / "filter.yaml"), "--in", str(tmp_path / "traj.jsonl"),
+                 "--world", str(tiny_world_dir), "--out", str(tmp_path / "sft"),
+                 "--metrics", str(tmp_path / "f.json")]) == 0
+    assert json.loads((tmp_path / "f.json").read_text())["renamed_entities"] is True
+    trained = (tmp_path / "sft" / "train.jsonl").read_text()
+    for line in (tmp_path / "queries" / "sft.jsonl").read_text().splitlines():
+        query = json.loads(line)
+        assert query["org"] not in trained and query["dest"] not in trained
+
+    imported = tmp_path / "imported"
+    shutil.copytree(tiny_world_dir, imported)
+    manifest = json.loads((imported / "manifest.json").read_text())
+    (imported / "manifest.json").write_text(json.dumps({**manifest, "source": "../shared/data/travelplanner"}))
+    code = main(["filter", "--params", str(tmp_path / "filter.yaml"), "--in", str(tmp_path / "traj.jsonl"),
+                 "--world", str(imported), "--out", str(tmp_path / "sft2")])
+    assert code == 2 and "rename_entities: false" in capsys.readouterr().err
