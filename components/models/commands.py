@@ -74,10 +74,12 @@ def snapshot_base(params, out: Path) -> dict:
 
 def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Path, on_log=None) -> tuple[dict, list]:
     """Train the tokenizer on every text of the pipeline (SFT and QA records), build the tiny Qwen2 model and
-    pre-train it on the QA trajectories (assistant-only loss); save it into `out`. Returns (summary, history)."""
+    pre-train it on the QA trajectories mixed with copy-task records (`model.pretrain_copy`; assistant-only loss);
+    save it into `out`. Returns (summary, history)."""
     from components.models.base import chat_texts, split_holdout, tokens_per_record
     from components.models.factory import build_tiny_model, count_parameters
     from components.models.tokenizer import build_tiny_tokenizer
+    from components.synthesis.copy_task import copy_records as build_copy_records
     from components.training.sft import build_examples, run_sft
 
     tokenizer = build_tiny_tokenizer(chat_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
@@ -88,24 +90,42 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
         num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads, intermediate_size=arch.intermediate_size,
         max_position_embeddings=arch.max_position_embeddings, rope_theta=arch.rope_theta,
     )
+    copy_records = build_copy_records(params.pretrain_copy)
     train_records, held_out = split_holdout(qa_records, params.pretrain_eval_fraction, params.seed)
+    copy_train, copy_held_out = split_holdout(copy_records, params.pretrain_eval_fraction, params.seed)
     cutoff, overlong = params.pretrain.cutoff_len, params.pretrain.overlong
-    train, dropped_train = build_examples(tokenizer, train_records, cutoff, overlong, source="qa pretrain")
-    evaluation, dropped_eval = build_examples(tokenizer, held_out, cutoff, overlong, source="qa pretrain (held out)")
-    result = run_sft(model, tokenizer, train, evaluation, params.pretrain, out, on_log=on_log,
-                     manifest={"stage": "base_model", "kind": "tiny", "parameters": count_parameters(model)})
+    train, dropped_train = build_examples(tokenizer, train_records + copy_train, cutoff, overlong,
+                                          source="qa/copy pretrain")
+    evaluation, dropped_eval = build_examples(tokenizer, held_out + copy_held_out, cutoff, overlong,
+                                              source="qa/copy pretrain (held out)")
+    manifest = {"stage": "base_model", "kind": "tiny", "parameters": count_parameters(model)}
+    warmup = None
+    if copy_train and params.pretrain_copy.warmup_minutes:
+        copy_eval, _ = build_examples(tokenizer, copy_held_out, cutoff, overlong, source="copy warm-up (held out)")
+        copy_examples, _ = build_examples(tokenizer, copy_train, cutoff, overlong, source="copy warm-up")
+        warmup_params = params.pretrain.model_copy(update={
+            "max_minutes": params.pretrain_copy.warmup_minutes, "epochs": max(params.pretrain.epochs, 100.0),
+            "lr_scheduler": params.pretrain_copy.warmup_lr_scheduler})
+        warmup = run_sft(model, tokenizer, copy_examples, copy_eval, warmup_params, out, on_log=on_log,
+                         manifest={**manifest, "phase": "copy warm-up"})
+    result = run_sft(model, tokenizer, train, evaluation, params.pretrain, out, on_log=on_log, manifest=manifest)
     summary = {
         "kind": "tiny",
         "parameters": count_parameters(model),
         "vocab_size": len(tokenizer),
         "tokens_per_sft_record": round(tokens_per_record(tokenizer, corpus), 1),
         "qa_records": len(qa_records),
-        "qa_train_examples": len(train),
-        "qa_eval_examples": len(evaluation),
+        "copy_records": len(copy_records),
+        "pretrain_train_examples": len(train),
+        "pretrain_eval_examples": len(evaluation),
         "qa_dropped_overlong_or_empty": dropped_train + dropped_eval,
         "pretrain": result.summary,
     }
-    return summary, result.history
+    if warmup is not None:
+        summary["copy_warmup"] = warmup.summary
+    history = [{**row, "phase": "copy warm-up"} for row in warmup.history] if warmup is not None else []
+    offset = len(history)  # one step numbering across both phases (the loss curve's x axis)
+    return summary, history + [{**row, "step": row["step"] + offset, "phase": "pretrain"} for row in result.history]
 
 
 def numeric(summary: dict, prefix: str = "") -> dict:

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from components.params import Params
+from components.synthesis.copy_task import CopyTaskParams
 from components.training.sft import SFTParams
 
 
@@ -40,6 +41,7 @@ class ModelParams(Params):
     architecture: ArchitectureParams = ArchitectureParams()
     pretrain: SFTParams = SFTParams(epochs=2.0, learning_rate=2e-3, eval_every=100, cutoff_len=4096)
     pretrain_eval_fraction: float = Field(0.05, ge=0, lt=1, description="QA records held out for the eval loss")
+    pretrain_copy: CopyTaskParams = CopyTaskParams()  # copy-task records mixed into the QA pre-training (tiny only)
 
     @model_validator(mode="after")
     def _pretrained_needs_a_source(self) -> "ModelParams":

@@ -61,7 +61,7 @@ def test_tiny_base_is_built_pretrained_and_loadable(tmp_path):
 
     records = [qa_record(i) for i in range(30)]
     summary, history = build_tiny_base(tiny_params(), corpus=records[:5], qa_records=records, out=tmp_path / "base")
-    assert summary["kind"] == "tiny" and summary["qa_train_examples"] == 24 and summary["qa_eval_examples"] == 6
+    assert summary["kind"] == "tiny" and summary["pretrain_train_examples"] == 24 and summary["pretrain_eval_examples"] == 6
     assert summary["pretrain"]["final_eval_loss"] < summary["pretrain"]["initial_eval_loss"]
     assert len(history) == 12
     tokenizer = load_tokenizer(tmp_path / "base")
@@ -90,3 +90,19 @@ def test_pretrained_base_is_a_snapshot_of_a_local_checkpoint(tiny_model, tiny_to
     summary = snapshot_base(params, tmp_path / "base")
     assert summary["model_type"] == "qwen2" and summary["vocab_size"] == len(tiny_tokenizer)
     assert (tmp_path / "base" / "model.safetensors").exists()
+
+
+def test_copy_warm_up_trains_on_copy_records_first_then_the_mix_on_one_step_axis(tmp_path):
+    from components.models.commands import build_tiny_base
+
+    from components.synthesis.copy_task import CopyTaskParams
+
+    params = tiny_params().model_copy(update={"pretrain_copy": CopyTaskParams(records=20, warmup_minutes=1.0, seed=1)})
+    records = [qa_record(i) for i in range(30)]
+    summary, history = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
+    assert summary["copy_records"] == 20
+    assert summary["pretrain_train_examples"] == 24 + 16 and summary["pretrain_eval_examples"] == 6 + 4
+    warmup = summary["copy_warmup"]
+    assert warmup["steps"] == 12 and warmup["final_eval_loss"] < warmup["initial_eval_loss"]
+    assert [row["phase"] for row in history] == ["copy warm-up"] * 12 + ["pretrain"] * 12
+    assert [row["step"] for row in history] == sorted({row["step"] for row in history})

@@ -1,0 +1,87 @@
+"""A copy task for the tiny base's pre-training: the in-context copying that reading tool observations needs.
+
+A model of a few million parameters trained from scratch on travel or QA trajectories learns the protocol but not
+to copy a name it has never seen out of its context (docs/tiny_preset.md): it writes memorised or made-up names.
+On a task where every target token is a copy, the copying circuit (an induction head) forms within minutes on two
+CPU cores (measured: copy accuracy 0.33 -> 0.72 in 5 minutes, batch 32 of ~80 tokens). Each record is a chat of a
+few rounds, each either
+
+- repeat: `Repeat: Kabranta, F0412, Helcano` -> `Kabranta, F0412, Helcano`, or
+- look up: `Pairs: Kabranta -> Lune Gardens; Merwa -> F0412; ... Look up: Merwa` -> `Merwa -> F0412`,
+
+over freshly coined names (the travel world's syllables), flight-style ids and prices, so nothing can be memorised.
+The look-up round is the travel task's move: find the key in the context, copy what follows it.
+"""
+from __future__ import annotations
+
+import random
+from typing import Literal
+
+from pydantic import Field
+
+from components.params import Params
+from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS, _SYLLABLES
+
+SYSTEM = "You copy names, ids and numbers exactly as they are written."
+
+
+class CopyTaskParams(Params):
+    """`model.pretrain_copy`: how many copy-task records join the tiny base's QA pre-training (0: none)."""
+
+    records: int = Field(0, ge=0)
+    rounds: tuple[int, int] = (3, 6)
+    items: tuple[int, int] = (2, 6)
+    repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
+    warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None: mixed from the start)
+    warmup_lr_scheduler: Literal["cosine", "linear", "constant"] = "constant"  # the copy circuit forms at full rate
+    seed: int = 0
+
+
+def coined_value(rng: random.Random) -> str:
+    """A fresh name ("Kabranta", "Helcano Gardens"), a flight-style id ("F0412") or a price ("$318")."""
+    kind = rng.random()
+    if kind < 0.6:
+        name = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+        if rng.random() < 0.4:
+            name += " " + rng.choice(_RESTAURANT_KINDS + _ATTRACTION_KINDS)
+        return name
+    if kind < 0.8:
+        return "F" + "".join(rng.choice("0123456789") for _ in range(4))
+    return f"${rng.randint(10, 2000)}"
+
+
+def _distinct(rng: random.Random, count: int) -> list[str]:
+    values: list[str] = []
+    while len(values) < count:
+        value = coined_value(rng)
+        if value not in values:
+            values.append(value)
+    return values
+
+
+def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: float = 0.4) -> tuple[str, str]:
+    """(user text, assistant text) of one round: a repeat (with probability `repeat_fraction`) or a look-up over
+    fresh values."""
+    n = rng.randint(*items)
+    if rng.random() < repeat_fraction:
+        values = _distinct(rng, n)
+        return "Repeat: " + ", ".join(values), ", ".join(values)
+    keys, values = _distinct(rng, n), [coined_value(rng) for _ in range(n)]
+    asked = rng.sample(range(n), rng.randint(1, min(2, n)))
+    pairs = "; ".join(f"{k} -> {v}" for k, v in zip(keys, values))
+    question = "Look up: " + ", ".join(keys[i] for i in asked)
+    return f"Pairs: {pairs}.\n{question}", "; ".join(f"{keys[i]} -> {values[i]}" for i in asked)
+
+
+def copy_records(params: CopyTaskParams) -> list[dict]:
+    """`params.records` chat records (`messages` with `train` on the assistant turns), seeded by `params.seed`."""
+    rng = random.Random(params.seed)
+    records = []
+    for index in range(params.records):
+        messages = [{"role": "system", "content": SYSTEM, "train": False}]
+        for _ in range(rng.randint(*params.rounds)):
+            user, assistant = copy_round(rng, params.items, params.repeat_fraction)
+            messages += [{"role": "user", "content": user, "train": False},
+                         {"role": "assistant", "content": assistant, "train": True}]
+        records.append({"id": f"copy-{index}", "source": "copy_task", "messages": messages})
+    return records

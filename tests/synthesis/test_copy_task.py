@@ -1,0 +1,41 @@
+"""The copy task of the tiny base's pre-training: every answer is copied from its own round's context."""
+import re
+
+import random
+
+from components.synthesis.copy_task import CopyTaskParams, copy_records, copy_round
+from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS
+
+
+def test_every_answer_is_a_verbatim_copy_of_its_context():
+    for record in copy_records(CopyTaskParams(records=50, seed=3)):
+        messages = record["messages"]
+        assert messages[0]["role"] == "system" and not messages[0]["train"]
+        for user, assistant in zip(messages[1::2], messages[2::2]):
+            assert user["role"] == "user" and assistant["role"] == "assistant" and assistant["train"]
+            if user["content"].startswith("Repeat: "):
+                assert assistant["content"] == user["content"][len("Repeat: "):]
+            else:
+                pairs = dict(p.split(" -> ") for p in user["content"].split("\n")[0][len("Pairs: "):-1].split("; "))
+                asked = user["content"].split("\n")[1][len("Look up: "):].split(", ")
+                assert assistant["content"] == "; ".join(f"{k} -> {pairs[k]}" for k in asked)
+
+
+def test_records_are_seeded_sized_and_fresh():
+    params = CopyTaskParams(records=20, rounds=(2, 4), items=(2, 3), seed=1)
+    records = copy_records(params)
+    assert records == copy_records(params) and records != copy_records(params.model_copy(update={"seed": 2}))
+    assert len(records) == 20 and all(5 <= len(r["messages"]) <= 9 for r in records)
+    kinds = set(_RESTAURANT_KINDS + _ATTRACTION_KINDS) | {"Repeat", "Pairs", "Look"}
+    names = [w for r in records for m in r["messages"][1::2] for w in re.findall(r"\b[A-Z][a-z]+\b", m["content"])
+             if w not in kinds]
+    assert len(set(names)) > 0.6 * len(names)  # look-up keys appear twice in their round; little else repeats
+    assert copy_records(CopyTaskParams()) == []
+
+
+def test_a_round_holds_between_the_requested_numbers_of_items():
+    rng = random.Random(0)
+    for _ in range(100):
+        user, _ = copy_round(rng, (3, 3))
+        first = user.split("\n")[0]
+        assert first.count(", ") == 2 if first.startswith("Repeat") else first.count(" -> ") == 3
