@@ -13,6 +13,7 @@ On start it resumes from the newest complete checkpoint: a killed run restarts w
 from __future__ import annotations
 
 import csv
+import math
 import random
 import statistics
 import time
@@ -370,6 +371,27 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     return summary
 
 
+def window_stats(rows: list[dict], episodes_per_step: int) -> tuple[float, float]:
+    """(mean, standard error) of the episode rewards of `rows` (steps), pooled from each step's mean and std."""
+    n = len(rows) * episodes_per_step
+    mean = statistics.fmean(row["reward"] for row in rows)
+    variance = sum(row.get("reward_std", 0.0) ** 2 + (row["reward"] - mean) ** 2 for row in rows) / len(rows)
+    return mean, math.sqrt(variance / max(1, n - 1))
+
+
+def reward_trend(history: list[dict], episodes_per_step: int) -> dict:
+    """The reward curve's first fifth of steps against its last fifth: means, the standard error of their
+    difference, and `rising` = (last - first) > 2 x that error (the tiny preset's acceptance test)."""
+    if len(history) < 2:
+        return {"rising": None}
+    k = max(1, len(history) // 5)
+    first, first_se = window_stats(history[:k], episodes_per_step)
+    last, last_se = window_stats(history[-k:], episodes_per_step)
+    se = math.sqrt(first_se ** 2 + last_se ** 2)
+    return {"first_fifth_mean": first, "last_fifth_mean": last, "difference": last - first,
+            "difference_se": se, "steps_per_fifth": k, "rising": bool(last - first > 2 * se)}
+
+
 def summarize(history: list[dict], total_steps: int, resumed_from: int, totals: dict, wall_seconds: float,
               params: RLParams) -> dict:
     """metrics/rl.json: steps, first/last/best reward, success, throughput, wall time."""
@@ -390,5 +412,6 @@ def summarize(history: list[dict], total_steps: int, resumed_from: int, totals: 
         "rollout_tokens_per_s": totals["rollout_tokens"] / max(totals["rollout_seconds"], 1e-9),
         "update_tokens_per_s": totals["update_tokens"] / max(totals["update_seconds"], 1e-9),
         "wall_seconds_this_run": wall_seconds,
+        "reward_trend": reward_trend(history, params.queries_per_step * params.group_size),
     }
 

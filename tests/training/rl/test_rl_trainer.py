@@ -5,6 +5,7 @@ checkpoints, resumption, and that the update really changes the weights when adv
 """
 import csv
 import json
+import math
 import os
 import signal
 import subprocess
@@ -156,3 +157,19 @@ def test_grpo_learns_a_one_token_bandit(tiny_model_dir):
                     for t, a in zip(turns, advantages)]
         update_policy(model, optimizer, rollouts, UpdateConfig(micro_batch_size=32, recompute_old_logprobs=False), 0)
     assert rates[0] < 0.7 and sum(rates[-2:]) / 2 > rates[0] + 0.2, rates
+
+
+def test_reward_trend_compares_the_first_and_last_fifth_with_pooled_standard_errors():
+    from components.training.rl.trainer import reward_trend
+
+    # 10 steps of 4 episodes: the first fifth is steps 0-1, the last fifth steps 8-9.
+    history = [{"reward": r, "reward_std": 0.0} for r in (0.0, 0.2, 0.3, 0.3, 0.4, 0.4, 0.5, 0.5, 0.6, 0.8)]
+    trend = reward_trend(history, episodes_per_step=4)
+    assert trend["steps_per_fifth"] == 2
+    assert trend["first_fifth_mean"] == pytest.approx(0.1) and trend["last_fifth_mean"] == pytest.approx(0.7)
+    # pooled variance of each window: 0.01 (means 0.1 +- 0.1, no within-step spread), over 8 - 1 episodes
+    assert trend["difference_se"] == pytest.approx(math.sqrt(2 * 0.01 / 7))
+    assert trend["rising"] is True
+    noisy = [{**row, "reward_std": 1.0} for row in history]
+    assert reward_trend(noisy, episodes_per_step=4)["rising"] is False  # the same means, too much spread
+    assert reward_trend(history[:1], episodes_per_step=4) == {"rising": None}
