@@ -35,16 +35,17 @@ def plot_reward_curves(rows: list[dict], out: str | Path, smoothing: int = 5) ->
     """Every reward column of plots/rl/rewards.csv against `step`: raw values faint, a moving average bold."""
     out = Path(out)
     columns = [c for c in rows[0] if c != "step" and _numeric_column(rows, c)]
+    columns.sort(key=lambda c: c == "reward")  # the training reward last, drawn on top of the components
     steps = [float(r["step"]) for r in rows]
     fig, ax = plt.subplots(figsize=(9, 5), dpi=120)
     for i, column in enumerate(columns):
         values = [float(r[column]) for r in rows]
-        color = f"C{i % 10}"
-        width = 2.6 if column == "reward" else 1.6
+        color = "black" if column == "reward" else f"C{i % 10}"
+        style = {"linewidth": 2.2, "linestyle": (0, (5, 2)), "zorder": 3} if column == "reward" else {"linewidth": 1.6}
         if smoothing > 1 and len(values) > smoothing:
             ax.plot(steps, values, color=color, alpha=0.2, linewidth=1)
             values = moving_average(values, smoothing)
-        ax.plot(steps, values, color=color, linewidth=width, label=REWARD_COMPONENT_LABELS.get(column, column))
+        ax.plot(steps, values, color=color, label=REWARD_COMPONENT_LABELS.get(column, column), **style)
     ax.set_xlabel("RL step")
     ax.set_ylabel("mean reward over the step's rollouts")
     title = "RL reward per component"

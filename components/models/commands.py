@@ -80,7 +80,7 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     from components.models.factory import build_tiny_model, count_parameters
     from components.models.tokenizer import build_tiny_tokenizer
     from components.synthesis.copy_task import copy_records as build_copy_records
-    from components.training.sft import build_examples, run_sft
+    from components.training.sft import build_examples, evaluate_token_accuracy, run_sft
 
     tokenizer = build_tiny_tokenizer(chat_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
                                      min_frequency=params.tokenizer.min_frequency)
@@ -99,16 +99,18 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     evaluation, dropped_eval = build_examples(tokenizer, held_out + copy_held_out, cutoff, overlong,
                                               source="qa/copy pretrain (held out)")
     manifest = {"stage": "base_model", "kind": "tiny", "parameters": count_parameters(model)}
+    copy_eval, _ = build_examples(tokenizer, copy_held_out, cutoff, overlong, source="copy records (held out)")
     warmup = None
     if copy_train and params.pretrain_copy.warmup_minutes:
-        copy_eval, _ = build_examples(tokenizer, copy_held_out, cutoff, overlong, source="copy warm-up (held out)")
         copy_examples, _ = build_examples(tokenizer, copy_train, cutoff, overlong, source="copy warm-up")
         warmup_params = params.pretrain.model_copy(update={
             "max_minutes": params.pretrain_copy.warmup_minutes, "epochs": max(params.pretrain.epochs, 100.0),
             "lr_scheduler": params.pretrain_copy.warmup_lr_scheduler})
         warmup = run_sft(model, tokenizer, copy_examples, copy_eval, warmup_params, out, on_log=on_log,
                          manifest={**manifest, "phase": "copy warm-up"})
-    result = run_sft(model, tokenizer, train, evaluation, params.pretrain, out, on_log=on_log, manifest=manifest)
+    offset = len(warmup.history) if warmup is not None else 0  # one step axis across both phases
+    shifted = None if on_log is None else (lambda metrics, step: on_log(metrics, step + offset))
+    result = run_sft(model, tokenizer, train, evaluation, params.pretrain, out, on_log=shifted, manifest=manifest)
     summary = {
         "kind": "tiny",
         "parameters": count_parameters(model),
@@ -123,8 +125,10 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     }
     if warmup is not None:
         summary["copy_warmup"] = warmup.summary
+    if copy_eval:  # the in-context copying travel needs, measured on fresh held-out copy records
+        accuracy = evaluate_token_accuracy(model, copy_eval, tokenizer.pad_token_id, params.pretrain.micro_batch_size)
+        summary["copy_token_accuracy"] = round(accuracy, 4) if accuracy is not None else None
     history = [{**row, "phase": "copy warm-up"} for row in warmup.history] if warmup is not None else []
-    offset = len(history)  # one step numbering across both phases (the loss curve's x axis)
     return summary, history + [{**row, "step": row["step"] + offset, "phase": "pretrain"} for row in result.history]
 
 

@@ -3,6 +3,7 @@ Hugging Face Hub name (bf16 and flash-attention 2 on GPU when installed, SDPA ot
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 from components.errors import UserError
@@ -57,14 +58,29 @@ def _source(path_or_name: str | Path) -> tuple[str, bool]:
     return str(path_or_name), False
 
 
+GENERIC_BACKENDS = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def _declared_tokenizer_class(directory: Path) -> str | None:
+    try:
+        return json.loads((directory / "tokenizer_config.json").read_text()).get("tokenizer_class")
+    except (OSError, ValueError):
+        return None
+
+
 def load_tokenizer(path_or_name: str | Path):
     """The tokenizer of a checkpoint directory or Hub name, with left padding (for batched generation) and a pad
     token (its end-of-text token when the checkpoint defines none)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, TokenizersBackend
 
     source, local = _source(path_or_name)
+    # A checkpoint whose tokenizer_config declares the generic backend (the tiny preset's own BPE) loads exactly as
+    # saved. AutoTokenizer would rebuild any qwen2 model's tokenizer as Qwen2Tokenizer, which replaces the saved
+    # pre-tokenizer with Qwen's (every digit split), so a tiny model would read text differently from how it was
+    # trained (regression test: tests/models/test_tokenizer.py).
+    loader = TokenizersBackend if local and _declared_tokenizer_class(Path(source)) in GENERIC_BACKENDS else AutoTokenizer
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
+        tokenizer = loader.from_pretrained(source, local_files_only=local)
     except OSError as exc:
         raise UserError(f"cannot load a tokenizer from {source!r}: {exc}. Give a local checkpoint directory, or a "
                         "Hub name on a machine that can reach the Hub") from exc

@@ -32,7 +32,8 @@ class CopyTaskParams(Params):
     rounds: tuple[int, int] = (3, 6)
     items: tuple[int, int] = (2, 6)
     repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
-    warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None: mixed from the start)
+    warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None: mixed from the
+    # start); the other training keys (lr, batch, max_steps) are model.pretrain's, so pretrain.max_steps caps each phase
     warmup_lr_scheduler: Literal["cosine", "linear", "constant"] = "constant"  # the copy circuit forms at full rate
     seed: int = 0
 

@@ -232,10 +232,32 @@ def masked_loss_sum(model, batch: dict):
 
 def evaluate_loss(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int) -> float | None:
     """Token-mean loss on the trained (mask 1) tokens of `examples`; None when there are none."""
+    total, count = _sum_over_batches(model, examples, pad_id, micro_batch_size, masked_loss_sum)
+    return total / count if count else None
+
+
+def masked_correct_sum(model, batch: dict):
+    """(number of trained positions whose greedy next-token prediction is the target, number of trained positions)."""
+    targets = batch["labels"][:, 1:]
+    positions = (targets != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
+    predicted = model(input_ids=batch["input_ids"], logits_to_keep=positions).logits.argmax(-1)
+    kept = targets[:, positions]
+    trained = kept != IGNORE_INDEX
+    return int(((predicted == kept) & trained).sum()), int(trained.sum())
+
+
+def evaluate_token_accuracy(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int) -> float | None:
+    """Teacher-forced greedy accuracy on the trained tokens of `examples` (e.g. how often a copied name is exact)."""
+    correct, count = _sum_over_batches(model, examples, pad_id, micro_batch_size, masked_correct_sum)
+    return correct / count if count else None
+
+
+def _sum_over_batches(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int, measure) -> tuple:
+    """Sum `measure(model, batch) -> (value, count)` over `examples` in eval mode, without gradients."""
     import torch
 
     if not examples:
-        return None
+        return 0.0, 0
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -244,10 +266,10 @@ def evaluate_loss(model, examples: list[SFTExample], pad_id: int, micro_batch_si
     with torch.no_grad():
         for start in range(0, len(order), micro_batch_size):
             batch = collate([examples[i] for i in order[start:start + micro_batch_size]], pad_id)
-            loss, n = masked_loss_sum(model, {k: v.to(device) for k, v in batch.items()})
-            total, count = total + float(loss), count + n
+            value, n = measure(model, {k: v.to(device) for k, v in batch.items()})
+            total, count = total + float(value), count + n
     model.train(was_training)
-    return total / count if count else None
+    return total, count
 
 
 # ---------------------------------------------------------------------------------------------------- torch loop

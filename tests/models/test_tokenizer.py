@@ -77,6 +77,21 @@ def test_saved_tokenizer_loads_back_identically(tiny_tokenizer, conversations, t
         tiny_tokenizer.apply_chat_template(conversations[2], tokenize=False)
 
 
+def test_a_checkpoint_directory_reads_text_as_the_model_was_trained(tiny_tokenizer, tmp_path):
+    # Regression: with a qwen2 config.json beside it, AutoTokenizer rebuilds the tokenizer as Qwen2Tokenizer, whose
+    # pre-tokenizer splits every digit; the tiny model was trained on merged digit runs.
+    from transformers import Qwen2Config
+
+    from components.models.loading import load_tokenizer
+
+    tiny_tokenizer.save_pretrained(tmp_path)
+    Qwen2Config(vocab_size=len(tiny_tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                num_key_value_heads=1, intermediate_size=8).save_pretrained(tmp_path)
+    text = "Flight F3600097 on 2022-03-16 costs $1,400; 7 hours 50 mins, 693 km."
+    assert load_tokenizer(tmp_path).encode(text, add_special_tokens=False) == \
+        tiny_tokenizer.encode(text, add_special_tokens=False)
+
+
 def test_vocab_size_must_leave_room_for_merges():
     from components.models.tokenizer import build_tiny_tokenizer
 

@@ -10,8 +10,8 @@ import torch
 from components.agent import tokens
 from components.errors import UserError
 from components.training.sft import (
-    IGNORE_INDEX, SFTParams, accumulate_gradients, build_examples, collate, encode_record, learning_rate_at,
-    length_grouped_batches, masked_loss_sum, run_sft, training_progress,
+    IGNORE_INDEX, SFTParams, accumulate_gradients, build_examples, collate, encode_record, evaluate_token_accuracy,
+    learning_rate_at, length_grouped_batches, masked_loss_sum, run_sft, training_progress,
 )
 
 CITIES = ["Ithaca", "Charlotte", "Denver", "Austin", "Boston", "Tucson", "Salem", "Reno"]
@@ -158,6 +158,18 @@ def test_loss_on_trained_positions_only_equals_the_full_logits_loss(tokenizer, r
                                              ignore_index=IGNORE_INDEX, reduction="sum")
     assert count == sum(sum(e.mask) for e in examples)
     assert loss.item() == pytest.approx(full.item(), rel=1e-5)
+
+
+def test_token_accuracy_counts_greedy_hits_on_trained_tokens_only(tokenizer, records):
+    examples, _ = build_examples(tokenizer, records[:5], cutoff_len=1024)
+    model = new_model(tokenizer).eval()
+    hits = total = 0
+    for e in examples:  # one example at a time, no padding: the reference
+        predicted = model(input_ids=torch.tensor([e.input_ids])).logits[0, :-1].argmax(-1).tolist()
+        for position, (guess, target, trained) in enumerate(zip(predicted, e.input_ids[1:], e.mask[1:])):
+            hits, total = hits + int(trained and guess == target), total + int(trained)
+    assert evaluate_token_accuracy(model, examples, tokenizer.pad_token_id, micro_batch_size=2) == hits / total
+    assert evaluate_token_accuracy(model, [], tokenizer.pad_token_id, micro_batch_size=2) is None
 
 
 def test_length_grouped_batches_cover_every_example_once():
