@@ -80,10 +80,12 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     from components.models.factory import build_tiny_model, count_parameters
     from components.models.tokenizer import build_tiny_tokenizer
     from components.synthesis.copy_task import copy_records as build_copy_records
+    from components.travel.synthetic import NAME_SYLLABLES
     from components.training.sft import build_examples, evaluate_token_accuracy, run_sft
 
     tokenizer = build_tiny_tokenizer(chat_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
-                                     min_frequency=params.tokenizer.min_frequency)
+                                     min_frequency=params.tokenizer.min_frequency,
+                                     name_pieces=NAME_SYLLABLES if params.tokenizer.split_names else ())
     arch = params.architecture
     model = build_tiny_model(
         tokenizer, seed=params.seed, hidden_size=arch.hidden_size, num_layers=arch.num_layers,

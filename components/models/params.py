@@ -15,6 +15,8 @@ class TokenizerParams(Params):
 
     vocab_size: int = Field(4096, gt=300, description="total vocabulary (bytes, special tokens and tags included)")
     min_frequency: int = Field(2, ge=1, description="a pair must occur this often to be merged")
+    split_names: bool = Field(True, description="split invented names into the syllables they are coined from, so an "
+                                                "unseen name tokenizes like seen ones (docs/tiny_preset.md)")
 
 
 class ArchitectureParams(Params):

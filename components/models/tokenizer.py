@@ -6,7 +6,8 @@ copies of dates and ids).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Sequence
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 """Qwen's special tokens: `<|endoftext|>` pads, `<|im_start|>`/`<|im_end|>` delimit chat messages."""
@@ -49,11 +50,28 @@ CHAT_TEMPLATE = (
 """Qwen2.5's chat template without its tool rendering (our system prompt already holds the tool schemas)."""
 
 
-def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2):
+def name_piece_pattern(pieces: Sequence[str]) -> str:
+    """A regex that peels the first piece off a word made only of `pieces` (case-insensitive, with the space or
+    punctuation mark in front of it); words with anything else in them never match.
+
+    Applied as a pre-tokenizer split once per extra piece, it cuts an invented name into its syllables before BPE sees
+    it, so every name (seen in training or not) is the same kind of token sequence and the vocabulary holds syllables
+    instead of whole memorised names.
+    """
+    if not pieces:
+        raise ValueError("name_piece_pattern needs at least one piece")
+    alternatives = "|".join(re.escape(p) for p in sorted({p.lower() for p in pieces}, key=lambda p: (-len(p), p)))
+    return rf"^[^\p{{L}}\p{{N}}]?(?i:{alternatives})(?=(?i:{alternatives})+$)"
+
+
+def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2,
+                         name_pieces: Sequence[str] = (), max_name_pieces: int = 4):
     """Train a byte-level BPE on `texts` and wrap it as a Hugging Face fast tokenizer in Qwen's chat format.
 
     The vocabulary holds the 256 byte symbols, the special tokens, the protocol tags (added tokens, never split by
-    BPE) and up to `vocab_size` entries in all; `<|endoftext|>` pads and `<|im_end|>` ends a turn.
+    BPE) and up to `vocab_size` entries in all; `<|endoftext|>` pads and `<|im_end|>` ends a turn. With
+    `name_pieces` (the syllables invented names are made of), a word made only of them is split into them, for names
+    of up to `max_name_pieces` syllables.
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -62,8 +80,10 @@ def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_frequ
     if vocab_size <= minimum:
         raise ValueError(f"vocab_size must exceed {minimum} (bytes + special tokens + protocol tags), got {vocab_size}")
     bpe = Tokenizer(models.BPE())
+    peel = [pre_tokenizers.Split(Regex(name_piece_pattern(name_pieces)), behavior="isolated")] if name_pieces else []
     bpe.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+        *peel * (max_name_pieces - 1),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     bpe.decoder = decoders.ByteLevel()

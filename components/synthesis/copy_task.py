@@ -20,7 +20,7 @@ from typing import Literal
 from pydantic import Field
 
 from components.params import Params
-from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS, _SYLLABLES
+from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS, NAME_SYLLABLES
 
 SYSTEM = "You copy names, ids and numbers exactly as they are written."
 
@@ -42,7 +42,7 @@ def coined_value(rng: random.Random) -> str:
     """A fresh name ("Kabranta", "Helcano Gardens"), a flight-style id ("F0412") or a price ("$318")."""
     kind = rng.random()
     if kind < 0.6:
-        name = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+        name = "".join(rng.choice(NAME_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
         if rng.random() < 0.4:
             name += " " + rng.choice(_RESTAURANT_KINDS + _ATTRACTION_KINDS)
         return name

@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Callable
 
-from components.travel.synthetic import _SYLLABLES
+from components.travel.synthetic import NAME_SYLLABLES
 
 _FLIGHT_NUMBER = re.compile(r"\bF(\d{3,8})\b")
 
@@ -83,7 +83,7 @@ class Renamer:
     def _coin(self, rng: random.Random, used: set[str]) -> str:
         """A fresh 2-3 syllable word that is not a name of the world nor already used in this record."""
         while True:
-            word = "".join(rng.choice(_SYLLABLES) for _ in range(rng.randint(2, 3)))
+            word = "".join(rng.choice(NAME_SYLLABLES) for _ in range(rng.randint(2, 3)))
             if word not in self._taken and word not in used:
                 return word
 

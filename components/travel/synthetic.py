@@ -28,7 +28,9 @@ CUISINES = (
 HOUSE_RULES = ("No parties", "No smoking", "No children under 10", "No pets", "No visitors")
 ROOM_TYPES = ("Entire home/apt", "Private room", "Shared room")
 
-_SYLLABLES = (
+# Every invented name (the synthetic world's, the renamed SFT records', the copy task's, the QA encyclopedia's) is 2-3
+# of these syllables; the tiny tokenizer splits such names into them, so a name never seen tokenizes like seen ones.
+NAME_SYLLABLES = (
     "ba", "bel", "bri", "ca", "cor", "da", "del", "dro", "fa", "fen", "ga", "gor", "ha", "hel", "ka", "kel", "la",
     "len", "lo", "ma", "mer", "mo", "na", "nor", "no", "pa", "pel", "ra", "ren", "ro", "sa", "sel", "so", "ta",
     "tor", "tu", "va", "ven", "vi", "wa", "wel", "za", "zor", "qui", "thal", "bran", "ster", "mira", "lune", "ash",
@@ -126,7 +128,7 @@ def coin_words(rng: np.random.Generator, count: int) -> list[str]:
     seen: set[str] = set()
     while len(words) < count:
         n = int(rng.integers(2, 4))
-        word = "".join(_SYLLABLES[i] for i in rng.integers(0, len(_SYLLABLES), n)).capitalize()
+        word = "".join(NAME_SYLLABLES[i] for i in rng.integers(0, len(NAME_SYLLABLES), n)).capitalize()
         if word not in seen:
             seen.add(word)
             words.append(word)

@@ -92,6 +92,31 @@ def test_a_checkpoint_directory_reads_text_as_the_model_was_trained(tiny_tokeniz
         tiny_tokenizer.encode(text, add_special_tokens=False)
 
 
+def test_invented_names_split_into_their_syllables_seen_or_not():
+    from components.models.tokenizer import build_tiny_tokenizer
+    from components.travel.synthetic import NAME_SYLLABLES
+
+    corpus = ['Fly from Norlafen to "Patuwa" on 2022-03-16; Sala House costs $158 in Ithaca.'] * 20
+    tokenizer = build_tiny_tokenizer(corpus, vocab_size=600, name_pieces=NAME_SYLLABLES)
+    assert tokenizer.tokenize(" Norlafen") == ["ĠNor", "la", "fen"]  # seen: still syllables, never one whole token
+    # Never in the corpus: cut at the same syllable boundaries before BPE, so no token spans two syllables.
+    pieces = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str(" Lafenpatu")
+    assert [piece for piece, _ in pieces] == ["ĠLa", "fen", "pa", "tu"]
+    assert tokenizer.tokenize(" Ithaca") == ["ĠIthaca"]  # not made of syllables: BPE as usual
+
+
+def test_name_piece_pattern_peels_only_words_made_of_pieces():
+    import re
+
+    from components.models.tokenizer import name_piece_pattern
+
+    pattern = name_piece_pattern(["nor", "no", "la", "fen"])
+    assert re.match(pattern.replace("\\p{L}\\p{N}", "\\w"), " Norlafen").group(0) == " Nor"  # backtracks: not "No"
+    assert re.match(pattern.replace("\\p{L}\\p{N}", "\\w"), " Norlafenx") is None
+    with pytest.raises(ValueError):
+        name_piece_pattern([])
+
+
 def test_vocab_size_must_leave_room_for_merges():
     from components.models.tokenizer import build_tiny_tokenizer
 

@@ -11,10 +11,8 @@ import random
 from dataclasses import dataclass, field
 
 from components.errors import UserError
+from components.travel.synthetic import NAME_SYLLABLES
 
-_ONSETS = ["b", "br", "d", "dr", "f", "g", "k", "kr", "l", "m", "n", "p", "r", "s", "st", "t", "tr", "v", "z", "h"]
-_VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
-_CODAS = ["", "", "n", "r", "l", "s", "k", "m", "th", "nd"]
 
 PROFESSIONS = ["painter", "sailor", "chemist", "poet", "architect", "botanist", "weaver", "astronomer", "judge",
                "composer", "cartographer", "physician"]
@@ -93,15 +91,15 @@ class Passage:
 
 
 class _NameMaker:
-    """Unique invented names from syllables (seeded)."""
+    """Unique invented names from the travel world's syllables (seeded): the copying that the tiny base learns on
+    the QA task is then copying of the same kind of token sequence as travel names."""
 
     def __init__(self, rng: random.Random):
         self.rng = rng
         self.used: set[str] = set()
 
     def word(self, syllables: int) -> str:
-        parts = [self.rng.choice(_ONSETS) + self.rng.choice(_VOWELS) for _ in range(syllables)]
-        return ("".join(parts) + self.rng.choice(_CODAS)).capitalize()
+        return "".join(self.rng.choice(NAME_SYLLABLES) for _ in range(syllables)).capitalize()
 
     def unique(self, make) -> str:
         for _ in range(10_000):
