@@ -73,6 +73,10 @@ class WorldParams(Params):
     flight_price: tuple[int, int] = (60, 900)
     accommodation_price: tuple[int, int] = (40, 1200)
     restaurant_cost: tuple[int, int] = (10, 100)
+    # Row order of each city's listings and each route-day's flights, i.e. of every search result: "generated"
+    # (random, like the real database) or "cheapest_first" (the tiny preset: a 2M-parameter model can copy the rows
+    # it is shown in order, but it cannot sort them, so the expert's cheapest choices become the first rows).
+    listing_order: Literal["generated", "cheapest_first"] = "generated"
 
     @field_validator(
         "cities_per_state", "accommodations_per_city", "restaurants_per_city", "attractions_per_city",
@@ -181,20 +185,23 @@ def _listings(params: WorldParams, rng: np.random.Generator, cities: pd.DataFram
     taken = set(cities["City"]) | set(cities["State"])
     words = iter(w for w in words if w not in taken)
     accommodations, restaurants, attractions = [], [], []
+    cheapest_first = params.listing_order == "cheapest_first"
     for c, (city, state) in enumerate(zip(cities["City"], cities["State"])):
         n_acc, n_rest, n_attr = counts[c]
-        for _ in range(n_acc):
-            accommodations.append(_accommodation(params, rng, next(words), city))
+        stays = [_accommodation(params, rng, next(words), city) for _ in range(n_acc)]
+        accommodations += sorted(stays, key=lambda r: r["price"]) if cheapest_first else stays
         served = rng.choice(len(CUISINES), size=_between(rng, params.cuisines_per_city), replace=False)
+        eateries = []
         for _ in range(n_rest):
             picks = rng.choice(served, size=min(len(served), int(rng.integers(1, 5))), replace=False)
-            restaurants.append({
+            eateries.append({
                 "Name": f"{next(words)} {_RESTAURANT_KINDS[rng.integers(len(_RESTAURANT_KINDS))]}",
                 "Average Cost": int(rng.integers(params.restaurant_cost[0], params.restaurant_cost[1] + 1)),
                 "Cuisines": ", ".join(CUISINES[i] for i in picks),
                 "Aggregate Rating": round(float(rng.uniform(2.5, 5.0)), 1),
                 "City": city,
             })
+        restaurants += sorted(eateries, key=lambda r: r["Average Cost"]) if cheapest_first else eateries
         for _ in range(n_attr):
             word = next(words)
             lat, lon = 25 + coords[c][1] / 200, -120 + coords[c][0] / 100
@@ -299,6 +306,10 @@ def _flight_table(params: WorldParams, rng: np.random.Generator, names: list[str
     fp_low, fp_high = params.flight_price
     share = np.clip(miles / (params.map_km * 1.2 * MILES_PER_KM), 0, 1)
     price = (fp_low + (fp_high - fp_low) * (0.3 * share + 0.7 * rng.random(n))).astype(np.int64)
+    if params.listing_order == "cheapest_first":  # within each route-day, the cheapest flight first
+        order = np.lexsort((price, cell))
+        route, day, miles, elapsed, departure, price = (a[order] for a in (route, day, miles, elapsed, departure, price))
+        arrival = arrival[order]
 
     # Unique numbers: an affine permutation of [0, 10**k) (multiplier coprime to 10).
     modulus = 10**params.flight_id_digits
