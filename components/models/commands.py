@@ -107,6 +107,7 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
         copy_examples, _ = build_examples(tokenizer, copy_train, cutoff, overlong, source="copy warm-up")
         warmup_params = params.pretrain.model_copy(update={
             "max_minutes": params.pretrain_copy.warmup_minutes, "epochs": max(params.pretrain.epochs, 100.0),
+            "target_eval_loss": params.pretrain_copy.warmup_target_loss,
             "lr_scheduler": params.pretrain_copy.warmup_lr_scheduler})
         warmup = run_sft(model, tokenizer, copy_examples, copy_eval, warmup_params, out, on_log=on_log,
                          manifest={**manifest, "phase": "copy warm-up"})

@@ -53,6 +53,9 @@ class SFTParams(Params):
     eval_every: int = Field(50, ge=1, description="optimiser steps between eval-loss measurements")
     max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
     max_minutes: float | None = Field(None, gt=0, description="stop training after this much wall time")
+    target_eval_loss: float | None = Field(
+        None, gt=0, description="stop at the first eval loss at or below this (the tiny base's copy warm-up: once "
+                                "copying has formed, whenever that happens); torch backend only")
     seed: int = 0
     backend: Literal["auto", "torch", "trainer"] = Field(
         "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
@@ -358,6 +361,9 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
         if on_log is not None:
             on_log({k: v for k, v in row.items() if k != "step" and v is not None}, step)
         bar.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_second']:.0f}")
+        if reached_target(row.get("eval_loss"), params.target_eval_loss):
+            stopped = "target_eval_loss"
+            break
         if out_of_time:
             stopped = "max_minutes"
             break
@@ -366,6 +372,11 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     result.summary = summarise(result.history, initial_eval, wall, seen_tokens, trained_tokens, total_steps, stopped)
     model.eval()
     return result
+
+
+def reached_target(eval_loss: float | None, target: float | None) -> bool:
+    """Whether an eval loss measured this step is at or below the target (never when either is missing)."""
+    return eval_loss is not None and target is not None and eval_loss <= target
 
 
 def summarise(history: list[dict], initial_eval: float | None, wall: float, seen_tokens: int, trained_tokens: int,
@@ -425,6 +436,9 @@ def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
+    if params.target_eval_loss is not None:
+        raise UserError("target_eval_loss stops only the torch backend (the tiny base's copy warm-up); remove it or "
+                        "set backend: torch")
     ds_config = deepspeed_config(params.deepspeed)
     if ds_config is not None:
         for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "RANK": "0", "LOCAL_RANK": "0",

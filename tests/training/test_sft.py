@@ -211,6 +211,21 @@ def test_twenty_steps_of_sft_lower_the_loss_and_the_checkpoint_reloads(tokenizer
         assert torch.allclose(reloaded(ids).logits, model(ids).logits, atol=1e-5)
 
 
+def test_training_stops_at_the_first_eval_loss_that_reaches_the_target(tokenizer, records, tmp_path):
+    train, _ = build_examples(tokenizer, records[:32], cutoff_len=1024)
+    held_out, _ = build_examples(tokenizer, records[32:], cutoff_len=1024)
+    params = SFTParams(epochs=100, max_steps=40, learning_rate=3e-3, batch_size=8, micro_batch_size=8, eval_every=5,
+                       backend="torch")
+    full = run_sft(new_model(tokenizer), tokenizer, train, held_out, params, tmp_path / "full", progress=False)
+    evals = [(row["step"], row["eval_loss"]) for row in full.history if row.get("eval_loss") is not None]
+    target_step, target = evals[len(evals) // 2]  # a loss this run reaches halfway
+    stopped = run_sft(new_model(tokenizer), tokenizer, train, held_out,
+                      params.model_copy(update={"target_eval_loss": target}), tmp_path / "stopped", progress=False)
+    first_at_target = next(step for step, loss in evals if loss <= target)
+    assert stopped.summary["stopped"] == "target_eval_loss" and stopped.summary["steps"] == first_at_target
+    assert first_at_target <= target_step < full.summary["steps"]
+
+
 def test_gradient_accumulation_matches_one_big_batch(tokenizer, records):
     examples, _ = build_examples(tokenizer, records[:8], cutoff_len=1024)
     whole, split = new_model(tokenizer), new_model(tokenizer)
