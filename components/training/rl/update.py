@@ -137,7 +137,10 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                   ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
     gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
-    if not rollouts:
+    if not rollouts or (config.beta == 0 and all(r.advantage == 0 for r in rollouts)):
+        # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
+        # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
+        # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
         return {"optimizer_steps": 0}
     recompute = config.recompute_old_logprobs or any(r.old_logprobs is None for r in rollouts)
     if recompute:
