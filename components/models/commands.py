@@ -103,12 +103,13 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     manifest = {"stage": "base_model", "kind": "tiny", "parameters": count_parameters(model)}
     copy_eval, _ = build_examples(tokenizer, copy_held_out, cutoff, overlong, source="copy records (held out)")
     warmup = None
-    if copy_train and params.pretrain_copy.warmup_minutes:
+    copy_params = params.pretrain_copy
+    if copy_train and (copy_params.warmup_minutes or copy_params.warmup_max_steps):
         copy_examples, _ = build_examples(tokenizer, copy_train, cutoff, overlong, source="copy warm-up")
         warmup_params = params.pretrain.model_copy(update={
-            "max_minutes": params.pretrain_copy.warmup_minutes, "epochs": max(params.pretrain.epochs, 100.0),
-            "target_eval_loss": params.pretrain_copy.warmup_target_loss,
-            "lr_scheduler": params.pretrain_copy.warmup_lr_scheduler})
+            "max_minutes": copy_params.warmup_minutes, "max_steps": copy_params.warmup_max_steps or params.pretrain.max_steps,
+            "epochs": max(params.pretrain.epochs, 100.0),
+            "target_eval_loss": copy_params.warmup_target_loss, "lr_scheduler": copy_params.warmup_lr_scheduler})
         warmup = run_sft(model, tokenizer, copy_examples, copy_eval, warmup_params, out, on_log=on_log,
                          manifest={**manifest, "phase": "copy warm-up"})
     offset = len(warmup.history) if warmup is not None else 0  # one step axis across both phases

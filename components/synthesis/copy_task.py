@@ -32,12 +32,15 @@ class CopyTaskParams(Params):
     rounds: tuple[int, int] = (3, 6)
     items: tuple[int, int] = (2, 6)
     repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
-    warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None: mixed from the
-    # start); the other training keys (lr, batch, max_steps) are model.pretrain's, so pretrain.max_steps caps each phase
+    warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None and no
+    # warmup_max_steps: mixed from the start); the other training keys (lr, batch) are model.pretrain's
     warmup_lr_scheduler: Literal["cosine", "linear", "constant"] = "constant"  # the copy circuit forms at full rate
     # End the warm-up early at this held-out copy loss: when copying forms varies from run to run (a phase change
     # measured at 4.5 to over 9 minutes), so warmup_minutes is a cap and this is the goal.
     warmup_target_loss: float | None = Field(None, gt=0)
+    # The warm-up's step budget (None: pretrain.max_steps). With it, and the target checked every eval_every steps,
+    # where the warm-up stops does not depend on the machine's speed; warmup_minutes is then only a safety cap.
+    warmup_max_steps: int | None = Field(None, ge=1)
     seed: int = 0
 
 

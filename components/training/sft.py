@@ -51,8 +51,12 @@ class SFTParams(Params):
     overlong: Literal["drop", "error"] = Field(
         "drop", description="a record over cutoff_len is dropped and counted, or stops the stage; never truncated")
     eval_every: int = Field(50, ge=1, description="optimiser steps between eval-loss measurements")
-    max_steps: int | None = Field(None, ge=1, description="stop after this many optimiser steps")
-    max_minutes: float | None = Field(None, gt=0, description="stop training after this much wall time")
+    max_steps: int | None = Field(
+        None, ge=1, description="stop after this many optimiser steps; the LR schedule then follows steps alone, so "
+                                "the same params, data and thread count give bit-identical weights")
+    max_minutes: float | None = Field(
+        None, gt=0, description="stop training after this much wall time; without max_steps the LR schedule decays "
+                                "over this time (a run then depends on the machine's speed: not reproducible)")
     target_eval_loss: float | None = Field(
         None, gt=0, description="stop at the first eval loss at or below this (the tiny base's copy warm-up: once "
                                 "copying has formed, whenever that happens); torch backend only")
@@ -338,8 +342,9 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     stopped = "completed"
     bar = tqdm(batch_schedule([len(e) for e in train], params, total_steps), desc="sft", unit="step",
                disable=not progress)
+    schedule_minutes = None if params.max_steps else params.max_minutes  # a step budget keeps the run deterministic
     for step, (epoch, indices) in enumerate(bar, start=1):
-        progress = training_progress(step - 1, total_steps, time.perf_counter() - started, params.max_minutes)
+        progress = training_progress(step - 1, total_steps, time.perf_counter() - started, schedule_minutes)
         lr = learning_rate_at(progress, params.learning_rate, params.warmup_ratio, params.lr_scheduler)
         for group in optimizer.param_groups:
             group["lr"] = lr

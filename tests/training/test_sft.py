@@ -185,7 +185,8 @@ def test_learning_rate_warms_up_then_follows_the_cosine():
     assert learning_rate_at(0.55, peak=1.0, warmup_ratio=0.1, schedule="cosine") == pytest.approx(0.5)
     assert learning_rate_at(1.0, peak=1.0, warmup_ratio=0.1, schedule="cosine") == pytest.approx(0.0)
     assert learning_rate_at(0.7, peak=2.0, warmup_ratio=0.0, schedule="constant") == 2.0
-    # A time limit that ends training sooner than the steps moves the schedule along with the clock.
+    # A time limit that ends training sooner than the steps moves the schedule along with the clock (run_sft only
+    # passes it when no max_steps is set).
     assert training_progress(step=10, total_steps=100, elapsed_s=30, max_minutes=1) == pytest.approx(0.5)
     assert training_progress(step=10, total_steps=100, elapsed_s=30, max_minutes=None) == pytest.approx(0.1)
 
@@ -209,6 +210,24 @@ def test_twenty_steps_of_sft_lower_the_loss_and_the_checkpoint_reloads(tokenizer
     ids = torch.tensor([held_out[0].input_ids])
     with torch.no_grad():
         assert torch.allclose(reloaded(ids).logits, model(ids).logits, atol=1e-5)
+
+
+def test_a_step_budget_makes_training_reproducible_bit_for_bit(tokenizer, records, tmp_path):
+    """With max_steps the LR schedule follows steps, not the clock (max_minutes is only a safety stop): the same
+    params and data train the same weights however busy the machine is, which is what `dvc repro` promises."""
+    train, _ = build_examples(tokenizer, records[:16], cutoff_len=1024)
+    held_out, _ = build_examples(tokenizer, records[32:], cutoff_len=1024)
+    params = SFTParams(epochs=100, max_steps=6, max_minutes=30, learning_rate=3e-3, warmup_ratio=0.2, batch_size=4,
+                       micro_batch_size=2, eval_every=3, backend="torch")
+    runs = [run_sft(new_model(tokenizer), tokenizer, train, held_out, params, tmp_path / f"run{i}", progress=False)
+            for i in range(2)]
+    for a, b in zip(*(run.history for run in runs)):
+        assert (a["train_loss"], a["learning_rate"], a.get("eval_loss")) == (
+            b["train_loss"], b["learning_rate"], b.get("eval_loss"))
+    assert [row["learning_rate"] for row in runs[0].history] == [
+        learning_rate_at(step / 6, 3e-3, 0.2, "cosine") for step in range(6)]
+    weights = [(tmp_path / f"run{i}" / "model.safetensors").read_bytes() for i in range(2)]
+    assert weights[0] == weights[1]
 
 
 def test_training_stops_at_the_first_eval_loss_that_reaches_the_target(tokenizer, records, tmp_path):
