@@ -17,7 +17,10 @@ REWARD_COMPONENT_LABELS = {
     "hard_macro": "hard macro",
     "success": "success (final pass)",
     "format": "format",
+    "task_reward": "task reward (before format shaping)",
+    "format_error_rate": "format error rate (share of rollouts)",
 }
+SPREAD_COLUMN = "reward_std"  # the spread of the training reward within a step: a band around it, not a curve
 
 
 def moving_average(values: list[float], window: int) -> list[float]:
@@ -34,10 +37,15 @@ def moving_average(values: list[float], window: int) -> list[float]:
 def plot_reward_curves(rows: list[dict], out: str | Path, smoothing: int = 5) -> Path:
     """Every reward column of plots/rl/rewards.csv against `step`: raw values faint, a moving average bold."""
     out = Path(out)
-    columns = [c for c in rows[0] if c != "step" and _numeric_column(rows, c)]
+    columns = [c for c in rows[0] if c not in ("step", SPREAD_COLUMN) and _numeric_column(rows, c)]
     columns.sort(key=lambda c: c == "reward")  # the training reward last, drawn on top of the components
     steps = [float(r["step"]) for r in rows]
     fig, ax = plt.subplots(figsize=(9, 5), dpi=120)
+    if "reward" in columns and SPREAD_COLUMN in rows[0] and _numeric_column(rows, SPREAD_COLUMN):
+        mean = [float(r["reward"]) for r in rows]
+        spread = [float(r[SPREAD_COLUMN]) for r in rows]
+        ax.fill_between(steps, [m - s for m, s in zip(mean, spread)], [m + s for m, s in zip(mean, spread)],
+                        color="black", alpha=0.08, linewidth=0, label="reward ± std within the step")
     for i, column in enumerate(columns):
         values = [float(r[column]) for r in rows]
         color = "black" if column == "reward" else f"C{i % 10}"

@@ -48,3 +48,23 @@ def test_the_report_fills_in_an_alignment_tax_the_ood_stage_could_not_compute(me
     markdown = build_report(metrics, plots, tmp_path / "reports", ReportParams())["markdown"].read_text()
 
     assert "| rl | 21.0% | 41.0% | 31.0% | 36.0% | +11.0 pp | +26.2% |" in markdown
+
+
+def test_the_reward_plot_draws_the_spread_as_a_band_not_as_a_reward_component(tmp_path: Path):
+    from matplotlib import pyplot
+
+    from components.evaluation import plots
+
+    rows = [{"step": str(i), "reward": str(0.1 * i), "reward_std": "0.05", "cs_micro": str(0.2 * i)}
+            for i in range(1, 9)]
+    captured = []
+    original = pyplot.close
+    pyplot.close = lambda fig=None: captured.append(fig)  # keep the figure for inspection
+    try:
+        plots.plot_reward_curves(rows, tmp_path / "rewards.png", smoothing=1)
+    finally:
+        pyplot.close = original
+    (figure,) = [f for f in captured if f is not None]
+    legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
+    assert legend == ["reward ± std within the step", "commonsense micro", "reward (used for training)"]
+    assert (tmp_path / "rewards.png").stat().st_size > 10_000
