@@ -16,18 +16,24 @@ import itertools
 import json
 import math
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator
 
 from components.agent.types import TurnRequest, TurnResult
 from components.travel.queries import Query
-from components.travel.tools import parse_observation
+from components.travel.synthetic import NAME_SYLLABLES
+from components.travel.tools import is_argument_error, parse_observation
 
 MISTAKES = ("wrong_city_restaurant", "repeat_restaurant", "skip_constraint", "over_budget")
 ROOM_TYPE_OF = {"entire room": "Entire home/apt", "private room": "Private room", "shared room": "Shared room"}
 NIGHTS_PER_CITY = 2
 TRANSIENT_MARKER = "temporarily unavailable"
 MAX_RETRIES = 5  # transient tool failures retried per call
+CITY_ARGUMENTS = ("departure", "destination", "city")
+# The think after a slipped call: it names the slip and the exact name (the filter and the renamer read it back).
+SLIP_NOTE = "'{wrong}' is not a city; the exact name is {right}."
+SLIP_PATTERN = re.compile(r"'([^'\n]+)' is not a city; the exact name is ([^.\n]+)\.")
 
 
 @dataclass(frozen=True)
@@ -35,13 +41,17 @@ class ExpertConfig:
     """How the expert searches: `mistake_rate` is the probability of one deliberate mistake per episode;
     `max_routes` caps the city sequences tried for multi-city trips; `shortlist` is how many of the cheapest valid
     options a non-frugal pick chooses from (variety); `seed` seeds search orders and picks; `max_tool_calls` stops
-    the search in time to answer within the episode's turn limit."""
+    the search in time to answer within the episode's turn limit; `slip_rate` is the probability that a call with a
+    city argument is first made with a slipped name (`slip_name`), so the trajectory shows the recovery: the
+    environment's unknown-city error, then a think naming the exact city and the corrected call. The filter never
+    trains the slipped turn itself (components/synthesis/filter.py), only the recovery."""
 
     mistake_rate: float = 0.0
     max_routes: int = 30
     shortlist: int = 3
     seed: int = 0
     max_tool_calls: int = 55  # give up (and say so) before an episode's turn limit
+    slip_rate: float = 0.0
 
 
 @dataclass
@@ -200,6 +210,7 @@ class Expert:
         key = (name, json.dumps(arguments, sort_keys=True))
         if key in self.cache:
             return self.cache[key]
+        yield from self.maybe_slip(name, intent, arguments)
         rows: list[dict] = []
         for _ in range(MAX_RETRIES + 1):
             if self.tool_calls >= self.config.max_tool_calls:
@@ -214,6 +225,28 @@ class Expert:
             self.notes.append(f"{name} failed transiently; retrying.")
         self.cache[key] = rows
         return rows
+
+    def maybe_slip(self, name: str, intent: str, arguments: dict) -> Generator[Action, str, None]:
+        """With probability `slip_rate`, first make the call with one city argument slipped; after the error, the
+        next think starts with SLIP_NOTE. A slipped name the environment accepts (another real city) is noted too."""
+        cities = [a for a in CITY_ARGUMENTS if a in arguments]
+        if not cities or self.config.slip_rate <= 0 or self.rng.random() >= self.config.slip_rate:
+            return
+        if self.tool_calls + 2 >= self.config.max_tool_calls:
+            return
+        argument = self.rng.choice(cities)
+        right = arguments[argument]
+        wrong = slip_name(right)
+        if wrong == right:
+            return
+        think = " ".join([*self.notes, intent.replace(right, wrong)]).strip()
+        self.notes = []
+        observation = yield Action(think=think, name=name, arguments={**arguments, argument: wrong})
+        self.tool_calls += 1
+        if is_argument_error(observation or ""):
+            self.notes.append(SLIP_NOTE.format(wrong=wrong, right=right))
+        else:
+            self.notes.append(f"That was {wrong}; I meant {right}.")
 
     def pick(self, options: list[Any], price: Callable[[Any], float], frugal: bool) -> Any:
         """The cheapest option when frugal, else a seeded pick among the `shortlist` cheapest."""
@@ -508,6 +541,28 @@ class Expert:
                         other["accommodation"] = f"{name}, {city}"
                 return True
         return False
+
+
+def syllables(name: str) -> list[str] | None:
+    """The coined syllables of `name` (longest first at each position), or None when it is not made of them."""
+    word, pieces = name.lower(), []
+    ordered = sorted(NAME_SYLLABLES, key=len, reverse=True)
+    while word:
+        piece = next((p for p in ordered if word.startswith(p)), None)
+        if piece is None:
+            return None
+        pieces.append(piece)
+        word = word[len(piece):]
+    return pieces
+
+
+def slip_name(name: str) -> str:
+    """The name as a small model tends to miswrite it (measured on the tiny SFT model's validation episodes: "Pala"
+    for Palavi, "Helca" for Helcano): a coined name loses its last syllable, any other name its last third."""
+    pieces = syllables(name) if " " not in name else None
+    if pieces and len(pieces) >= 2:
+        return name[: len(name) - len(pieces[-1])]
+    return name[: max(1, min(len(name) - 1, math.ceil(len(name) * 2 / 3)))]
 
 
 def filled_fraction(plan: list[dict]) -> float:

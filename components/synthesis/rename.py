@@ -13,6 +13,7 @@ import random
 import re
 from collections.abc import Callable
 
+from components.synthesis.expert import SLIP_PATTERN, slip_name
 from components.travel.synthetic import NAME_SYLLABLES
 
 _FLIGHT_NUMBER = re.compile(r"\bF(\d{3,8})\b")
@@ -49,11 +50,32 @@ class Renamer:
         """(the renamed record, the record's substitution): the function renames any further text the same way
         (a name the record did not mention gets a fresh word of its own), e.g. the world's tables in tests."""
         substitute = self.substitution(random.Random(f"{self._seed}:{index}"))
+        substitute = self.keeping_slips(record["messages"], substitute)
         messages = [m if m["role"] == "system" else {**m, "content": substitute(m["content"])}
                     for m in record["messages"]]
         out = {k: v for k, v in record.items() if k not in ("prompt_ids", "response_ids", "response_mask")}
         out["messages"] = messages
         return out, substitute
+
+    @staticmethod
+    def keeping_slips(messages: list[dict], substitute: Callable[[str], str]) -> Callable[[str], str]:
+        """`substitute`, extended to the record's slipped names (the expert's `slip_rate`): a slip of a city stays
+        the same slip of the city's new name ("Helca" for Helcano becomes "Brato" for Bratorno), so a renamed
+        recovery still shows a near miss and its correction."""
+        slips = {wrong: right for m in messages for wrong, right in SLIP_PATTERN.findall(m["content"])}
+        if not slips:
+            return substitute
+        marks = {wrong: f"\x00{i}\x00" for i, wrong in enumerate(sorted(slips, key=len, reverse=True))}
+        pattern = re.compile(r"\b(" + "|".join(map(re.escape, marks)) + r")\b")
+        renamed = {marks[wrong]: slip_name(substitute(right)) for wrong, right in slips.items()}
+
+        def with_slips(text: str) -> str:
+            text = substitute(pattern.sub(lambda match: marks[match.group(0)], text))
+            for mark, new in renamed.items():
+                text = text.replace(mark, new)
+            return text
+
+        return with_slips
 
     def substitution(self, rng: random.Random) -> Callable[[str], str]:
         """A text -> text function renaming names and flight numbers with words and digits drawn from `rng`, the

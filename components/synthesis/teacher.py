@@ -46,6 +46,7 @@ class TeacherParams(Params):
     max_tool_calls: int = Field(55, ge=1)  # the expert answers before this many calls (keep it below max_turns)
     batch_size: int = Field(64, ge=1)  # episodes stepped in lockstep per loop call
     failure_rate: float = Field(0.0, ge=0, le=1)  # injected transient tool failures
+    slip_rate: float = Field(0.0, ge=0, le=1)  # expert calls first made with a slipped city name, then recovered
     limit: int | None = Field(None, ge=1)  # teach only the first `limit` queries
     limits: LimitsParams = Field(default_factory=LimitsParams)
     endpoint: EndpointParams | None = None
@@ -59,7 +60,8 @@ class TeacherParams(Params):
         return self
 
     def expert_config(self) -> ExpertConfig:
-        return ExpertConfig(self.mistake_rate, self.max_routes, self.shortlist, self.seed, self.max_tool_calls)
+        return ExpertConfig(self.mistake_rate, self.max_routes, self.shortlist, self.seed, self.max_tool_calls,
+                            self.slip_rate)
 
 
 def make_policy(params: TeacherParams) -> Any:

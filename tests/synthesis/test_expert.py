@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.synthesis.expert import SLIP_PATTERN, ExpertConfig, ExpertPolicy, slip_name
 from components.travel.plans import current_cities, split_attractions, split_name_city
 from components.travel.protocol import ToolCall, parse_turn
 from components.travel.queries import load_queries
@@ -15,8 +15,8 @@ from components.travel.queries import load_queries
 TRAIN_QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
 
 
-def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0):
-    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed))
+def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0, slip_rate=0.0):
+    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed, slip_rate=slip_rate))
     episodes = travel_episodes(world, queries, failure_rate=failure_rate, seed=seed)
     return run_episodes(episodes, policy, Limits(), evaluate=travel_evaluate(world), progress=False)
 
@@ -85,6 +85,28 @@ def test_the_expert_retries_transient_tool_failures(tiny_world, many_queries):
     transient = sum("temporarily unavailable" in obs for r in records for obs in observations(r))
     assert transient > 0
     assert strict_pass(records) >= 0.9  # a long search may now spend its call budget on retries
+
+
+def test_slipped_city_names_get_the_unknown_city_error_and_a_named_correction(tiny_world, many_queries):
+    records = rollout(tiny_world, many_queries[:30], slip_rate=0.3, seed=2)
+    recoveries = 0
+    for record in records:
+        messages = record["messages"]
+        for i, message in enumerate(messages[:-2]):
+            if message["role"] == "user" and message["content"].startswith("<tool_response>\nUnknown city '"):
+                wrong = re.search(r"Unknown city '([^']+)'", message["content"]).group(1)
+                correction = SLIP_PATTERN.search(messages[i + 1]["content"])
+                assert correction is not None, messages[i + 1]["content"]
+                assert correction.group(1) == wrong and slip_name(correction.group(2)) == wrong
+                assert f'"{correction.group(2)}"' in messages[i + 1]["content"]  # the call retried exactly
+                recoveries += 1
+    assert recoveries >= 20
+    assert strict_pass(records) >= 0.9  # a slip costs a call, never the plan
+
+
+def test_slip_name_drops_the_last_syllable_of_a_coined_name():
+    assert [slip_name(n) for n in ("Helcano", "Kabranta", "Bacor", "New York", "Ab")] == [
+        "Helca", "Kabran", "Ba", "New Yo", "A"]
 
 
 def test_seeds_vary_the_search_order_and_choices(tiny_world, many_queries):

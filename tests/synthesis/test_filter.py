@@ -62,3 +62,18 @@ def test_split_is_seeded_and_sized_by_the_eval_fraction():
     assert {r["idx"] for r in train} | {r["idx"] for r in evaluation} == set(range(20))
     assert split_train_eval(records, 0.25, seed=3) == (train, evaluation)
     assert len(split_train_eval(records[:3], 0.1, seed=0)[1]) == 1  # at least one eval record
+
+
+def test_a_turn_answered_by_an_argument_error_is_context_not_training():
+    messages = trajectory(0)["messages"][:2] + [
+        {"role": "assistant", "content": '<think>a</think><tool_call>{"city": "Helca"}</tool_call>'},
+        {"role": "user", "content": "<tool_response>\nUnknown city 'Helca' (SearchRestaurant). Use an exact city "
+                                    "name; SearchCity(state) lists the cities of a state.\n</tool_response>"},
+        {"role": "assistant", "content": "<think>'Helca' is not a city; the exact name is Helcano.</think>..."},
+        {"role": "user", "content": "<tool_response>\nThere is no flight from A to B on 2022-03-01.\n</tool_response>"},
+        {"role": "assistant", "content": "<think>retry</think>..."},
+        {"role": "user", "content": "<tool_response>\nError: SearchFlight is temporarily unavailable (transient "
+                                    "service failure). Retry the same call.\n</tool_response>"},
+        {"role": "assistant", "content": "<think>b</think><answer>[]</answer>"}]
+    kept, _ = filter_trajectories([trajectory(0, messages=messages)], FilterParams(), estimate_counter(4.0))
+    assert [m["train"] for m in kept[0]["messages"] if m["role"] == "assistant"] == [False, True, True, True]

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.synthesis.expert import SLIP_PATTERN, ExpertConfig, ExpertPolicy, slip_name
 from components.synthesis.filter import FilterParams, estimate_counter, filter_trajectories
 from components.synthesis.rename import Renamer, world_name_words
 from components.travel.env import TravelEnv
@@ -15,15 +15,23 @@ from components.travel.evaluator import evaluate_plan
 from components.travel.world import World
 
 
-@pytest.fixture(scope="module")
-def sft_records(tiny_world, many_queries):
-    queries = many_queries[:40]
-    policy = ExpertPolicy(ExpertConfig(mistake_rate=0.0, seed=0))
-    records = run_episodes(travel_episodes(tiny_world, queries), policy, Limits(),
-                           evaluate=travel_evaluate(tiny_world), progress=False)
+def kept_records(world, queries, slip_rate=0.0):
+    policy = ExpertPolicy(ExpertConfig(mistake_rate=0.0, seed=0, slip_rate=slip_rate))
+    records = run_episodes(travel_episodes(world, queries), policy, Limits(),
+                           evaluate=travel_evaluate(world), progress=False)
     kept, _ = filter_trajectories(records, FilterParams(), estimate_counter(4.0))
     by_idx = {q.idx: q for q in queries}
     return [(record, by_idx[record["idx"]]) for record in kept]
+
+
+@pytest.fixture(scope="module")
+def sft_records(tiny_world, many_queries):
+    return kept_records(tiny_world, many_queries[:40])
+
+
+@pytest.fixture(scope="module")
+def slipped_records(tiny_world, many_queries):
+    return kept_records(tiny_world, many_queries[:6], slip_rate=0.5)
 
 
 def renamed_world(world_dir, substitute) -> World:
@@ -46,10 +54,12 @@ def renamed_query(query, substitute):
 
 
 def test_a_renamed_record_replays_exactly_in_the_renamed_world_and_its_plan_passes(
-        tiny_world, tiny_world_dir, sft_records):
+        tiny_world, tiny_world_dir, sft_records, slipped_records):
     renamer = Renamer(world_name_words(tiny_world), seed=7)
     flying = [pair for pair in sft_records if "SearchFlight" in json.dumps(pair[0]["messages"])]
-    for index, (record, query) in enumerate(sft_records[:3] + flying[:1]):
+    slipped = [pair for pair in slipped_records if "Unknown city" in json.dumps(pair[0]["messages"])]
+    assert slipped
+    for index, (record, query) in enumerate(sft_records[:3] + flying[:1] + slipped[:2]):
         renamed, substitute = renamer.rename(record, index)
         world = renamed_world(tiny_world_dir, substitute)
         env = TravelEnv(world, renamed_query(query, substitute))
@@ -93,3 +103,15 @@ def test_token_ids_are_dropped_because_the_text_changed(tiny_world, sft_records)
     renamed = Renamer(world_name_words(tiny_world)).record(record, 0)
     assert not {"prompt_ids", "response_ids", "response_mask"} & set(renamed)
     assert renamed["idx"] == record["idx"]
+
+
+def test_a_slipped_name_stays_the_same_slip_of_the_renamed_city(tiny_world, slipped_records):
+    renamer = Renamer(world_name_words(tiny_world), seed=3)
+    checked = 0
+    for index, (record, _) in enumerate(slipped_records):
+        renamed = renamer.record(record, index)
+        for message in renamed["messages"]:
+            for wrong, right in SLIP_PATTERN.findall(message["content"]):
+                assert wrong == slip_name(right) and right not in json.dumps(record["messages"])
+                checked += 1
+    assert checked >= 2

@@ -230,6 +230,25 @@ def test_a_step_budget_makes_training_reproducible_bit_for_bit(tokenizer, record
     assert weights[0] == weights[1]
 
 
+def test_bf16_autocast_on_cpu_trains_float32_weights_reproducibly(tokenizer, records, tmp_path):
+    """`dtype: bfloat16` on CPU runs the training forward/backward under bf16 autocast; the weights, the optimizer
+    and the eval loss stay float32, the loss falls, and two runs are still identical bit for bit."""
+    train, _ = build_examples(tokenizer, records[:16], cutoff_len=1024)
+    held_out, _ = build_examples(tokenizer, records[32:], cutoff_len=1024)
+    params = SFTParams(epochs=100, max_steps=8, learning_rate=3e-3, warmup_ratio=0.2, batch_size=4,
+                       micro_batch_size=2, eval_every=4, backend="torch", dtype="bfloat16")
+    models = [new_model(tokenizer) for _ in range(2)]
+    runs = [run_sft(model, tokenizer, train, held_out, params, tmp_path / f"bf16_{i}", progress=False)
+            for i, model in enumerate(models)]
+    fp32 = run_sft(new_model(tokenizer), tokenizer, train, held_out, params.model_copy(update={"dtype": "float32"}),
+                   tmp_path / "fp32", progress=False)
+    assert runs[0].summary["final_eval_loss"] < runs[0].summary["initial_eval_loss"] - 1.0
+    assert [r["train_loss"] for r in runs[0].history] == [r["train_loss"] for r in runs[1].history]
+    assert [r["train_loss"] for r in runs[0].history] != [r["train_loss"] for r in fp32.history]  # bf16 really ran
+    assert (tmp_path / "bf16_0" / "model.safetensors").read_bytes() == (tmp_path / "bf16_1" / "model.safetensors").read_bytes()
+    assert all(p.dtype == torch.float32 for p in models[0].parameters())
+
+
 def test_training_stops_at_the_first_eval_loss_that_reaches_the_target(tokenizer, records, tmp_path):
     train, _ = build_examples(tokenizer, records[:32], cutoff_len=1024)
     held_out, _ = build_examples(tokenizer, records[32:], cutoff_len=1024)
