@@ -85,7 +85,8 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
 
     tokenizer = build_tiny_tokenizer(chat_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
                                      min_frequency=params.tokenizer.min_frequency,
-                                     name_pieces=NAME_SYLLABLES if params.tokenizer.split_names else ())
+                                     name_pieces=NAME_SYLLABLES if params.tokenizer.split_names else (),
+                                     detach_name_prefix=params.tokenizer.detach_name_prefix)
     arch = params.architecture
     model = build_tiny_model(
         tokenizer, seed=params.seed, hidden_size=arch.hidden_size, num_layers=arch.num_layers,

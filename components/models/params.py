@@ -17,6 +17,10 @@ class TokenizerParams(Params):
     min_frequency: int = Field(2, ge=1, description="a pair must occur this often to be merged")
     split_names: bool = Field(True, description="split invented names into the syllables they are coined from, so an "
                                                 "unseen name tokenizes like seen ones (docs/tiny_preset.md)")
+    detach_name_prefix: bool = Field(
+        False, description="with split_names: the space or mark before an invented name is a token of its own, so a "
+                          "name is the same tokens at a line start (a table row), after a tab or after a space, and "
+                          "copying it out of a tool response is an exact copy (docs/tiny_preset.md)")
 
 
 class ArchitectureParams(Params):

@@ -64,14 +64,25 @@ def name_piece_pattern(pieces: Sequence[str]) -> str:
     return rf"^[^\p{{L}}\p{{N}}]?(?i:{alternatives})(?=(?i:{alternatives})+$)"
 
 
+def name_prefix_pattern(pieces: Sequence[str]) -> str:
+    """A regex matching the one space or punctuation mark in front of a word made only of `pieces` (split off as a
+    token of its own by `build_tiny_tokenizer(detach_name_prefix=True)`)."""
+    if not pieces:
+        raise ValueError("name_prefix_pattern needs at least one piece")
+    alternatives = "|".join(re.escape(p) for p in sorted({p.lower() for p in pieces}, key=lambda p: (-len(p), p)))
+    return rf"^[^\p{{L}}\p{{N}}](?=(?i:{alternatives})+$)"
+
+
 def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_frequency: int = 2,
-                         name_pieces: Sequence[str] = (), max_name_pieces: int = 4):
+                         name_pieces: Sequence[str] = (), max_name_pieces: int = 4, detach_name_prefix: bool = False):
     """Train a byte-level BPE on `texts` and wrap it as a Hugging Face fast tokenizer in Qwen's chat format.
 
     The vocabulary holds the 256 byte symbols, the special tokens, the protocol tags (added tokens, never split by
     BPE) and up to `vocab_size` entries in all; `<|endoftext|>` pads and `<|im_end|>` ends a turn. With
     `name_pieces` (the syllables invented names are made of), a word made only of them is split into them, for names
-    of up to `max_name_pieces` syllables.
+    of up to `max_name_pieces` syllables; with `detach_name_prefix` the space or mark in front of such a word is
+    split off first (" Kamo" -> " ", "Ka", "mo"), so a name copied from a table row (where it starts a line and has
+    no space) into a sentence is the same token sequence, not "Ka" there and "ĠKa" here.
     """
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -81,8 +92,11 @@ def build_tiny_tokenizer(texts: Iterable[str], vocab_size: int = 4096, min_frequ
         raise ValueError(f"vocab_size must exceed {minimum} (bytes + special tokens + protocol tags), got {vocab_size}")
     bpe = Tokenizer(models.BPE())
     peel = [pre_tokenizers.Split(Regex(name_piece_pattern(name_pieces)), behavior="isolated")] if name_pieces else []
+    detach = ([pre_tokenizers.Split(Regex(name_prefix_pattern(name_pieces)), behavior="isolated")]
+              if name_pieces and detach_name_prefix else [])
     bpe.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+        *detach,
         *peel * (max_name_pieces - 1),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])

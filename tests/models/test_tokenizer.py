@@ -105,6 +105,27 @@ def test_invented_names_split_into_their_syllables_seen_or_not():
     assert tokenizer.tokenize(" Ithaca") == ["ĠIthaca"]  # not made of syllables: BPE as usual
 
 
+def test_a_name_is_the_same_tokens_in_a_table_row_and_in_a_sentence():
+    """A listing's name starts its table row (no space before it); the think that picks it writes it after a space.
+    With the prefix detached, copying the name is copying the same token ids (without it, "Ka" there, "ĠKa" here)."""
+    from components.models.tokenizer import build_tiny_tokenizer
+    from components.travel.synthetic import NAME_SYLLABLES
+
+    corpus = ["NAME\tprice\nKamo Loft\t530\nPalodro Retreat\t376\n", "I pick Kamo Loft ($530/night)."] * 20
+    detached = build_tiny_tokenizer(corpus, vocab_size=600, name_pieces=NAME_SYLLABLES, detach_name_prefix=True)
+    attached = build_tiny_tokenizer(corpus, vocab_size=600, name_pieces=NAME_SYLLABLES)
+    row, sentence = "\nKamo Loft\t530", "; I pick Kamo Loft ($530"
+    in_row, in_sentence = detached.tokenize(row), detached.tokenize(sentence)
+    start = in_sentence.index("Ka")
+    assert in_row[1:4] == in_sentence[start:start + 3] == ["Ka", "mo", "ĠLoft"]
+    assert in_sentence[start - 1] == "Ġ"
+    assert attached.tokenize(row)[1] == "Ka" and "ĠKa" in attached.tokenize(sentence)  # the mismatch it fixes
+    pieces = detached.backend_tokenizer.pre_tokenizer.pre_tokenize_str(" Ithaca pick Kamo")
+    assert [piece for piece, _ in pieces] == ["ĠIthaca", "Ġpick", "Ġ", "Ka", "mo"]  # other words keep their space
+    for text in (row, sentence, " Norlafen, Patuwa"):
+        assert detached.decode(detached(text)["input_ids"]) == text
+
+
 def test_name_piece_pattern_peels_only_words_made_of_pieces():
     import re
 
