@@ -133,6 +133,9 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     if copy_eval:  # the in-context copying travel needs, measured on fresh held-out copy records
         accuracy = evaluate_token_accuracy(model, copy_eval, tokenizer.pad_token_id, params.pretrain.micro_batch_size)
         summary["copy_token_accuracy"] = round(accuracy, 4) if accuracy is not None else None
+        from components.models.copy_probe import copy_accuracy
+
+        summary["copy_accuracy"] = copy_accuracy(model, tokenizer, copy_eval, params.pretrain.micro_batch_size)
     history = [{**row, "phase": "copy warm-up"} for row in warmup.history] if warmup is not None else []
     return summary, history + [{**row, "step": row["step"] + offset, "phase": "pretrain"} for row in result.history]
 

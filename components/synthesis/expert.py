@@ -52,6 +52,7 @@ class ExpertConfig:
     seed: int = 0
     max_tool_calls: int = 55  # give up (and say so) before an episode's turn limit
     slip_rate: float = 0.0
+    quote_rows: bool = False
 
 
 @dataclass
@@ -187,6 +188,20 @@ def money(value: float) -> str:
     return f"${value:g}"
 
 
+def quote_note(lead: str, lines: list[str]) -> str:
+    """A note that quotes observation rows: `lead:` then each row on its own line, then a line break."""
+    return f"{lead}:\n" + "\n".join(lines) + "\n"
+
+
+def join_notes(notes: list[str]) -> str:
+    """One think from its notes: joined by spaces, except after a note that ends its line (a quoted row)."""
+    text = ""
+    for note in notes:
+        if note:
+            text += note if not text or text.endswith("\n") else " " + note
+    return text.strip()
+
+
 # ---- the expert ----------------------------------------------------------------------------------------------
 
 class Expert:
@@ -201,6 +216,7 @@ class Expert:
         self.cache: dict[tuple[str, str], list[dict]] = {}
         self.notes: list[str] = []
         self.tool_calls = 0
+        self.observations: list[str] = []  # every observation text read, latest last (quoted rows come from them)
         self.failed: dict[tuple, Failure] = {}  # leg or city -> why it failed (backtracking never retries it)
         self.solved: dict[tuple, Any] = {}  # leg or city -> its chosen options (reused by later routes)
 
@@ -215,10 +231,11 @@ class Expert:
         for _ in range(MAX_RETRIES + 1):
             if self.tool_calls >= self.config.max_tool_calls:
                 raise Failure("search", f"I have used my budget of {self.tool_calls} tool calls")
-            think = " ".join([*self.notes, intent]).strip()
+            think = join_notes([*self.notes, intent])
             self.notes = []
             observation = yield Action(think=think, name=name, arguments=dict(arguments))
             self.tool_calls += 1
+            self.observations.append(observation or "")
             rows = parse_observation(name, observation or "")
             if rows or TRANSIENT_MARKER not in (observation or ""):
                 break
@@ -239,7 +256,7 @@ class Expert:
         wrong = slip_name(right)
         if wrong == right:
             return
-        think = " ".join([*self.notes, intent.replace(right, wrong)]).strip()
+        think = join_notes([*self.notes, intent.replace(right, wrong)])
         self.notes = []
         observation = yield Action(think=think, name=name, arguments={**arguments, argument: wrong})
         self.tool_calls += 1
@@ -247,6 +264,21 @@ class Expert:
             self.notes.append(SLIP_NOTE.format(wrong=wrong, right=right))
         else:
             self.notes.append(f"That was {wrong}; I meant {right}.")
+
+    def row_line(self, first_cell: str) -> str | None:
+        """The latest observation line whose first tab-separated cell is `first_cell` (None when none is)."""
+        for observation in reversed(self.observations):
+            for line in observation.split("\n"):
+                if line.split("\t", 1)[0] == first_cell and "\t" in line:
+                    return line
+        return None
+
+    def quoted(self, summary: str, lead: str, first_cells: list[str]) -> str:
+        """`summary` when rows are not quoted; else `lead` followed by each picked row verbatim, one per line."""
+        lines = [self.row_line(cell) for cell in first_cells]
+        if not self.config.quote_rows or any(line is None for line in lines):
+            return summary
+        return quote_note(lead, lines)
 
     def pick(self, options: list[Any], price: Callable[[Any], float], frugal: bool) -> Any:
         """The cheapest option when frugal, else a seeded pick among the `shortlist` cheapest."""
@@ -280,21 +312,25 @@ class Expert:
             raise Failure("city", f"no listing in {city} fits ({len(stays_all)} listed; room type, house rules "
                                   f"or minimum nights rule them out)", city)
         choice = self.pick(stays, lambda r: stay_cost(r, q.people_number), frugal=False)
-        self.notes.append(f"{len(stays)} of {len(stays_all)} listings in {city} fit; I pick {choice['NAME']} "
-                          f"({money(choice['price'])}/night, {choice['room type']}, "
-                          f"{rooms_needed(choice, q.people_number)} unit(s)).")
+        self.notes.append(self.quoted(
+            f"{len(stays)} of {len(stays_all)} listings in {city} fit; I pick {choice['NAME']} "
+            f"({money(choice['price'])}/night, {choice['room type']}, {rooms_needed(choice, q.people_number)} unit(s)).",
+            f"{len(stays)} of {len(stays_all)} listings in {city} fit; I pick", [choice["NAME"]]))
         listed = yield from self.call("SearchRestaurant", f"Next, restaurants in {city}.", city=city)
         restaurants = [{**r, "City": city} for r in listed]
         if len(restaurants) < 3:
             raise Failure("city", f"{city} has {len(restaurants)} restaurants; a full day needs 3", city)
         cheapest = sorted(restaurants, key=lambda r: r["Average Cost"])[:3]
-        self.notes.append(f"{len(restaurants)} restaurants in {city}; good value: "
-                          + ", ".join(f"{r['Name']} ({money(r['Average Cost'])})" for r in cheapest) + ".")
+        self.notes.append(self.quoted(
+            f"{len(restaurants)} restaurants in {city}; good value: "
+            + ", ".join(f"{r['Name']} ({money(r['Average Cost'])})" for r in cheapest) + ".",
+            f"{len(restaurants)} restaurants in {city}; good value", [r["Name"] for r in cheapest]))
         listed = yield from self.call("SearchAttraction", f"Then attractions in {city}.", city=city)
         attractions = [{**r, "City": city} for r in listed]
         if not attractions:
             raise Failure("city", f"{city} has no attraction for its full day", city)
-        self.notes.append(f"{len(attractions)} attractions in {city}, e.g. {attractions[0]['Name']}.")
+        self.notes.append(self.quoted(f"{len(attractions)} attractions in {city}, e.g. {attractions[0]['Name']}.",
+                                      f"{len(attractions)} attractions in {city}, e.g.", [attractions[0]["Name"]]))
         options = CityOptions(city, stays, restaurants, attractions)
         options.stays.sort(key=lambda r: r["NAME"] != choice["NAME"])  # the announced pick first
         return options
@@ -307,8 +343,9 @@ class Expert:
                                            departure=origin, destination=destination, date=date)
             if flights:
                 f = self.pick(flights, lambda r: r["Price"], frugal=False)
-                self.notes.append(f"{len(flights)} flights; I take {f['Flight Number']} ({money(f['Price'])}/person, "
-                                  f"{f['DepTime']}-{f['ArrTime']}).")
+                self.notes.append(self.quoted(
+                    f"{len(flights)} flights; I take {f['Flight Number']} ({money(f['Price'])}/person, "
+                    f"{f['DepTime']}-{f['ArrTime']}).", f"{len(flights)} flights; I take", [f["Flight Number"]]))
                 chosen = flight_leg(origin, destination, f, people)
                 chosen.cheapest = flight_leg(origin, destination, min(flights, key=lambda r: r["Price"]), people)
                 return chosen
@@ -322,7 +359,10 @@ class Expert:
         r = rows[0]
         label = "Self-driving" if mode == "self-driving" else "Taxi"
         cost = leg_cost(mode, r["cost"], people)
-        self.notes.append(f"{label} {origin} -> {destination}: {r['duration']}, {r['distance']}, {money(r['cost'])}.")
+        summary = f"{label} {origin} -> {destination}: {r['duration']}, {r['distance']}, {money(r['cost'])}."
+        observed = next((o.strip() for o in reversed(self.observations)
+                         if parse_observation("GoogleDistanceMatrix", o) == [r]), None)
+        self.notes.append(quote_note("The route", [observed]) if self.config.quote_rows and observed else summary)
         text = (f"{label}, from {origin} to {destination}, duration: {r['duration']}, distance: {r['distance']}, "
                 f"cost: {r['cost']}")
         return Leg(origin, destination, mode, text, cost)
@@ -361,11 +401,11 @@ class Expert:
                     calls_before = self.tool_calls
                 if self.mistake:
                     plan = self.apply_mistake(plan, route)
-                think = " ".join([*self.notes, story]).strip()
+                think = join_notes([*self.notes, story])
                 self.notes = []
                 yield Action(think=think, plan=plan)
                 return Outcome(plan, cost, None, self.tool_calls, self.mistake)
-        think = " ".join([*self.notes, f"I found no plan within the budget of {money(q.budget)}."]).strip()
+        think = join_notes([*self.notes, f"I found no plan within the budget of {money(q.budget)}."])
         self.notes = []
         yield Action(think=think, plan=[])
         return Outcome(None, None, reason or "no plan within budget", self.tool_calls, self.mistake, kind or "budget")

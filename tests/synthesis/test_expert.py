@@ -15,8 +15,9 @@ from components.travel.queries import load_queries
 TRAIN_QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
 
 
-def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0, slip_rate=0.0):
-    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed, slip_rate=slip_rate))
+def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0, slip_rate=0.0, quote_rows=False):
+    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed, slip_rate=slip_rate,
+                                       quote_rows=quote_rows))
     episodes = travel_episodes(world, queries, failure_rate=failure_rate, seed=seed)
     return run_episodes(episodes, policy, Limits(), evaluate=travel_evaluate(world), progress=False)
 
@@ -102,6 +103,24 @@ def test_slipped_city_names_get_the_unknown_city_error_and_a_named_correction(ti
                 recoveries += 1
     assert recoveries >= 20
     assert strict_pass(records) >= 0.9  # a slip costs a call, never the plan
+
+
+def test_quoted_picks_are_observation_rows_copied_verbatim(tiny_world, many_queries):
+    records = rollout(tiny_world, many_queries[:30], quote_rows=True, slip_rate=0.2, seed=1)
+    quoted = 0
+    for record in records:
+        messages = record["messages"]
+        for i, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            think = message["content"].split("</think>")[0]
+            seen = [m["content"] for m in messages[:i] if m["role"] == "user"]
+            for line in think.split("\n")[1:]:
+                if "\t" in line or ", from " in line:  # a listing row or a route line
+                    assert any(f"\n{line}\n" in obs for obs in seen), line  # a whole line of an earlier observation
+                    quoted += 1
+    assert quoted >= 4 * len(records)  # the route out and back, the stay, three restaurants, an attraction
+    assert strict_pass(records) >= 0.9  # quoting changes the words, not the plans
 
 
 def test_slip_name_drops_the_last_syllable_of_a_coined_name():

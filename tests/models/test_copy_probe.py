@@ -1,0 +1,50 @@
+"""The copy probe splits a copy record's trained tokens into sequential copying and look-up values."""
+import pytest
+
+from components.models.copy_probe import lookup_value_positions, probe_examples
+from components.training.sft import encode_record
+
+
+@pytest.fixture(scope="module")
+def copy_tokenizer():
+    from components.models.tokenizer import build_tiny_tokenizer
+    from components.synthesis.copy_task import CopyTaskParams, copy_records
+    from components.travel.synthetic import NAME_SYLLABLES
+
+    texts = [m["content"] for r in copy_records(CopyTaskParams(records=200, seed=5)) for m in r["messages"]]
+    return build_tiny_tokenizer(texts, vocab_size=800, name_pieces=NAME_SYLLABLES)
+
+
+def record(user: str, assistant: str) -> list[dict]:
+    return [{"role": "system", "content": "You copy.", "train": False},
+            {"role": "user", "content": user, "train": False},
+            {"role": "assistant", "content": assistant, "train": True}]
+
+
+def masked_text(tokenizer, example, positions) -> str:
+    return tokenizer.decode([example.input_ids[i] for i in sorted(positions)])
+
+
+def test_look_up_values_are_the_tokens_after_each_arrow(copy_tokenizer):
+    example = encode_record(copy_tokenizer, record("Pairs: Merwa -> F0412; Kabranta -> Lune Gardens.\n"
+                                                   "Look up: Kabranta, Merwa",
+                                                   "Kabranta -> Lune Gardens; Merwa -> F0412"))
+    values = lookup_value_positions(copy_tokenizer, example)
+    assert masked_text(copy_tokenizer, example, values).split() == ["Lune", "Gardens", "F0412"]
+    assert all(example.mask[i] for i in values)  # only the policy's own tokens; the pairs in the prompt never count
+
+
+def test_a_repeat_round_is_all_sequential(copy_tokenizer):
+    example = encode_record(copy_tokenizer, record("Repeat: Helcano, F1234, $318", "Helcano, F1234, $318"))
+    probes = probe_examples(copy_tokenizer, [example])
+    assert probes["lookup_value"] == [] and probes["sequential"][0].mask == example.mask
+
+
+def test_the_two_probes_partition_the_trained_tokens(copy_tokenizer):
+    from components.synthesis.copy_task import CopyTaskParams, copy_records
+
+    for rec in copy_records(CopyTaskParams(records=20, repeat_fraction=0.5, seed=2)):
+        example = encode_record(copy_tokenizer, rec["messages"])
+        values = lookup_value_positions(copy_tokenizer, example)
+        sequential = {i for i, m in enumerate(example.mask) if m} - values
+        assert values | sequential == {i for i, m in enumerate(example.mask) if m} and not values & sequential
