@@ -88,11 +88,15 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
                                      name_pieces=NAME_SYLLABLES if params.tokenizer.split_names else (),
                                      detach_name_prefix=params.tokenizer.detach_name_prefix)
     arch = params.architecture
-    model = build_tiny_model(
-        tokenizer, seed=params.seed, hidden_size=arch.hidden_size, num_layers=arch.num_layers,
-        num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads, intermediate_size=arch.intermediate_size,
-        max_position_embeddings=arch.max_position_embeddings, rope_theta=arch.rope_theta,
-    )
+
+    def fresh_model(seed: int):
+        return build_tiny_model(
+            tokenizer, seed=seed, hidden_size=arch.hidden_size, num_layers=arch.num_layers,
+            num_heads=arch.num_heads, num_kv_heads=arch.num_kv_heads, intermediate_size=arch.intermediate_size,
+            max_position_embeddings=arch.max_position_embeddings, rope_theta=arch.rope_theta,
+        )
+
+    model = fresh_model(params.seed)
     copy_records = build_copy_records(params.pretrain_copy)
     train_records, held_out = split_holdout(qa_records, params.pretrain_eval_fraction, params.seed)
     copy_train, copy_held_out = split_holdout(copy_records, params.pretrain_eval_fraction, params.seed)
@@ -103,7 +107,7 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
                                               source="qa/copy pretrain (held out)")
     manifest = {"stage": "base_model", "kind": "tiny", "parameters": count_parameters(model)}
     copy_eval, _ = build_examples(tokenizer, copy_held_out, cutoff, overlong, source="copy records (held out)")
-    warmup = None
+    warmup, attempts, history = None, [], []
     copy_params = params.pretrain_copy
     if copy_train and (copy_params.warmup_minutes or copy_params.warmup_max_steps):
         copy_examples, _ = build_examples(tokenizer, copy_train, cutoff, overlong, source="copy warm-up")
@@ -111,9 +115,26 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
             "max_minutes": copy_params.warmup_minutes, "max_steps": copy_params.warmup_max_steps or params.pretrain.max_steps,
             "epochs": max(params.pretrain.epochs, 100.0),
             "target_eval_loss": copy_params.warmup_target_loss, "lr_scheduler": copy_params.warmup_lr_scheduler})
-        warmup = run_sft(model, tokenizer, copy_examples, copy_eval, warmup_params, out, on_log=on_log,
-                         manifest={**manifest, "phase": "copy warm-up"})
-    offset = len(warmup.history) if warmup is not None else 0  # one step axis across both phases
+        for attempt in range(copy_params.warmup_attempts):
+            if attempt:
+                model = fresh_model(params.seed + attempt)
+            last = attempt == copy_params.warmup_attempts - 1
+            checked = warmup_params.model_copy(update={"progress_check": None if last else copy_params.warmup_check})
+            shift = len(history)
+            logged = None if on_log is None else (lambda metrics, step, shift=shift: on_log(metrics, step + shift))
+            warmup = run_sft(model, tokenizer, copy_examples, copy_eval, checked, out, on_log=logged,
+                             manifest={**manifest, "phase": "copy warm-up", "attempt": attempt + 1})
+            history += [{**row, "step": row["step"] + shift, "phase": "copy warm-up", "attempt": attempt + 1}
+                        for row in warmup.history]
+            attempts.append({"attempt": attempt + 1, "model_seed": params.seed + attempt,
+                             "steps": warmup.summary["steps"], "stopped": warmup.summary["stopped"],
+                             "final_eval_loss": warmup.summary["final_eval_loss"]})
+            if warmup.summary["stopped"] != "no_progress":
+                break
+            print(f"copy warm-up attempt {attempt + 1}: held-out copy loss {warmup.summary['final_eval_loss']:.3f} > "
+                  f"{copy_params.warmup_check[1]} at step {copy_params.warmup_check[0]} (copying has not formed); "
+                  f"restarting from a new initialisation (model seed {params.seed + attempt + 1})", file=sys.stderr)
+    offset = len(history)  # one step axis across every phase
     shifted = None if on_log is None else (lambda metrics, step: on_log(metrics, step + offset))
     result = run_sft(model, tokenizer, train, evaluation, params.pretrain, out, on_log=shifted, manifest=manifest)
     summary = {
@@ -129,14 +150,14 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
         "pretrain": result.summary,
     }
     if warmup is not None:
-        summary["copy_warmup"] = warmup.summary
+        summary["copy_warmup"] = {**warmup.summary, "attempts": len(attempts), "total_steps": offset}
+        summary["copy_warmup_attempts"] = attempts
     if copy_eval:  # the in-context copying travel needs, measured on fresh held-out copy records
         accuracy = evaluate_token_accuracy(model, copy_eval, tokenizer.pad_token_id, params.pretrain.micro_batch_size)
         summary["copy_token_accuracy"] = round(accuracy, 4) if accuracy is not None else None
         from components.models.copy_probe import copy_accuracy
 
         summary["copy_accuracy"] = copy_accuracy(model, tokenizer, copy_eval, params.pretrain.micro_batch_size)
-    history = [{**row, "phase": "copy warm-up"} for row in warmup.history] if warmup is not None else []
     return summary, history + [{**row, "step": row["step"] + offset, "phase": "pretrain"} for row in result.history]
 
 

@@ -41,6 +41,12 @@ class CopyTaskParams(Params):
     # The warm-up's step budget (None: pretrain.max_steps). With it, and the target checked every eval_every steps,
     # where the warm-up stops does not depend on the machine's speed; warmup_minutes is then only a safety cap.
     warmup_max_steps: int | None = Field(None, ge=1)
+    # Restarts when copying does not form: at warmup_check's step, an attempt whose held-out copy loss is above the
+    # check's loss is abandoned and the warm-up starts again from a freshly initialised model (model seed + 1), at
+    # most warmup_attempts times in all; the last attempt always runs to its end. Whether the copying circuit forms
+    # in time is a coin flip of the initialisation (docs/tiny_preset.md, session 6); this makes it a few flips.
+    warmup_check: tuple[int, float] | None = None
+    warmup_attempts: int = Field(1, ge=1)
     seed: int = 0
 
 

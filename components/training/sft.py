@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.agent import tokens as tok
 from components.errors import UserError
@@ -60,9 +60,20 @@ class SFTParams(Params):
     target_eval_loss: float | None = Field(
         None, gt=0, description="stop at the first eval loss at or below this (the tiny base's copy warm-up: once "
                                 "copying has formed, whenever that happens); torch backend only")
+    progress_check: tuple[int, float] | None = Field(
+        None, description="(step, loss): at that step, give up (stopped = 'no_progress') unless the eval loss is at or "
+                          "below the loss (the tiny base's copy warm-up restarts from a new seed then); torch backend "
+                          "only, and the step must be a multiple of eval_every")
     seed: int = 0
     backend: Literal["auto", "torch", "trainer"] = Field(
         "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
+
+    @model_validator(mode="after")
+    def _progress_check_on_an_eval_step(self) -> "SFTParams":
+        if self.progress_check is not None and self.progress_check[0] % self.eval_every:
+            raise ValueError(f"progress_check step {self.progress_check[0]} is not a multiple of eval_every "
+                             f"({self.eval_every}): the eval loss it reads is only measured every eval_every steps")
+        return self
     deepspeed: Literal["none", "zero2", "zero3"] = "none"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision (weights stay float32). GPU: auto = bf16 where supported. CPU: auto = "
@@ -388,11 +399,19 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
         if out_of_time:
             stopped = "max_minutes"
             break
+        if missed_progress_check(step, row.get("eval_loss"), params.progress_check):
+            stopped = "no_progress"
+            break
     bar.close()
     wall = time.perf_counter() - started
     result.summary = summarise(result.history, initial_eval, wall, seen_tokens, trained_tokens, total_steps, stopped)
     model.eval()
     return result
+
+
+def missed_progress_check(step: int, eval_loss: float | None, check: tuple[int, float] | None) -> bool:
+    """Whether this is the check's step and the eval loss measured at it is above the check's loss."""
+    return check is not None and step == check[0] and eval_loss is not None and eval_loss > check[1]
 
 
 def reached_target(eval_loss: float | None, target: float | None) -> bool:

@@ -110,3 +110,38 @@ def test_copy_warm_up_trains_on_copy_records_first_then_the_mix_on_one_step_axis
     assert [row["phase"] for row in history] == ["copy warm-up"] * 7 + ["pretrain"] * 12
     assert [row["step"] for row in history] == sorted({row["step"] for row in history})
     assert logged_steps == sorted(set(logged_steps)) and max(logged_steps) > 7  # MLflow sees the same one axis
+
+
+def test_a_warm_up_attempt_whose_copy_loss_misses_the_check_restarts_from_a_new_initialisation(tmp_path):
+    from components.models.commands import build_tiny_base
+    from components.synthesis.copy_task import CopyTaskParams
+
+    unreachable = CopyTaskParams(records=20, warmup_max_steps=12, warmup_check=(6, 1e-4), warmup_attempts=3, seed=1)
+    params = tiny_params().model_copy(update={"pretrain_copy": unreachable})
+    records = [qa_record(i) for i in range(30)]
+    summary, history = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
+    attempts = summary["copy_warmup_attempts"]
+    assert [(a["model_seed"], a["steps"], a["stopped"]) for a in attempts] == [
+        (0, 6, "no_progress"), (1, 6, "no_progress"), (2, 12, "completed")]  # the last attempt runs to its end
+    assert summary["copy_warmup"]["attempts"] == 3 and summary["copy_warmup"]["total_steps"] == 24
+    warm = [row for row in history if row["phase"] == "copy warm-up"]
+    assert [row["attempt"] for row in warm] == [1] * 6 + [2] * 6 + [3] * 12
+    assert [row["step"] for row in history] == list(range(1, len(history) + 1))  # one step axis for the plot
+
+
+def test_a_warm_up_that_passes_its_check_is_not_restarted(tmp_path):
+    from components.models.commands import build_tiny_base
+    from components.synthesis.copy_task import CopyTaskParams
+
+    easy = CopyTaskParams(records=20, warmup_max_steps=12, warmup_check=(6, 100.0), warmup_attempts=3, seed=1)
+    params = tiny_params().model_copy(update={"pretrain_copy": easy})
+    records = [qa_record(i) for i in range(30)]
+    summary, _ = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
+    assert [(a["attempt"], a["steps"], a["stopped"]) for a in summary["copy_warmup_attempts"]] == [(1, 12, "completed")]
+
+
+def test_a_progress_check_between_eval_steps_is_refused():
+    from components.training.sft import SFTParams
+
+    with pytest.raises(ValueError, match="multiple of eval_every"):
+        SFTParams(eval_every=100, progress_check=(150, 1.0))
