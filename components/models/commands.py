@@ -97,9 +97,13 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
         )
 
     model = fresh_model(params.seed)
+    # The QA mix's copy records hold route rounds (`route_fraction`); the warm-up's records are drawn without them,
+    # so the warm-up (and its restart check) does not depend on that share.
     copy_records = build_copy_records(params.pretrain_copy)
+    warmup_records = build_copy_records(params.pretrain_copy.model_copy(update={"route_fraction": 0.0}))
     train_records, held_out = split_holdout(qa_records, params.pretrain_eval_fraction, params.seed)
     copy_train, copy_held_out = split_holdout(copy_records, params.pretrain_eval_fraction, params.seed)
+    warmup_train, warmup_held_out = split_holdout(warmup_records, params.pretrain_eval_fraction, params.seed)
     cutoff, overlong = params.pretrain.cutoff_len, params.pretrain.overlong
     train, dropped_train = build_examples(tokenizer, train_records + copy_train, cutoff, overlong,
                                           source="qa/copy pretrain")
@@ -109,8 +113,9 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     copy_eval, _ = build_examples(tokenizer, copy_held_out, cutoff, overlong, source="copy records (held out)")
     warmup, attempts, history = None, [], []
     copy_params = params.pretrain_copy
-    if copy_train and (copy_params.warmup_minutes or copy_params.warmup_max_steps):
-        copy_examples, _ = build_examples(tokenizer, copy_train, cutoff, overlong, source="copy warm-up")
+    if warmup_train and (copy_params.warmup_minutes or copy_params.warmup_max_steps):
+        copy_examples, _ = build_examples(tokenizer, warmup_train, cutoff, overlong, source="copy warm-up")
+        warmup_eval, _ = build_examples(tokenizer, warmup_held_out, cutoff, overlong, source="copy warm-up (held out)")
         warmup_params = params.pretrain.model_copy(update={
             "max_minutes": copy_params.warmup_minutes, "max_steps": copy_params.warmup_max_steps or params.pretrain.max_steps,
             "epochs": max(params.pretrain.epochs, 100.0),
@@ -122,7 +127,7 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
             checked = warmup_params.model_copy(update={"progress_check": None if last else copy_params.warmup_check})
             shift = len(history)
             logged = None if on_log is None else (lambda metrics, step, shift=shift: on_log(metrics, step + shift))
-            warmup = run_sft(model, tokenizer, copy_examples, copy_eval, checked, out, on_log=logged,
+            warmup = run_sft(model, tokenizer, copy_examples, warmup_eval, checked, out, on_log=logged,
                              manifest={**manifest, "phase": "copy warm-up", "attempt": attempt + 1})
             history += [{**row, "step": row["step"] + shift, "phase": "copy warm-up", "attempt": attempt + 1}
                         for row in warmup.history]

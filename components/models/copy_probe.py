@@ -9,8 +9,12 @@ Two skills hide behind one copy accuracy (docs/tiny_preset.md, session 6):
   the value (`->`) occurs once per pair, so the key before it decides; this is what reading a tool observation or a
   retrieved passage needs (pick a row, copy its price; find the sentence about an entity, copy the answer).
 
+- **route**: the answer of a route round (`Route: Gortu -> Palavi` for a travel request): each city is found by the
+  cue word before it in the request ("starting in", "heading to"), the look-up an agent's first tool call makes.
+
 `probe_examples` re-masks encoded copy records so that only the tokens of one skill count; the accuracy of each is a
-base_model metric (`copy_accuracy.sequential`, `copy_accuracy.lookup_value`).
+base_model metric (`copy_accuracy.sequential`, `copy_accuracy.lookup_value`, `copy_accuracy.route`; a skill with no
+tokens in the records, such as route with `route_fraction: 0`, is left out).
 """
 from __future__ import annotations
 
@@ -18,19 +22,47 @@ from components.training.sft import SFTExample
 
 ARROW = "->"
 SEPARATORS = (";",)
+ROUTE_LEAD = "Route:"  # a route round's answer starts with it (components/synthesis/copy_task.py)
 
 
 def _text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([token_id]).strip()
 
 
+def trained_spans(example: SFTExample) -> list[range]:
+    """The runs of consecutive trained positions (one per assistant turn)."""
+    spans, start = [], None
+    for index, trained in enumerate([*example.mask, 0]):
+        if trained and start is None:
+            start = index
+        elif not trained and start is not None:
+            spans.append(range(start, index))
+            start = None
+    return spans
+
+
+def route_positions(tokenizer, example: SFTExample) -> set[int]:
+    """Indices of the city tokens of route answers: every token of a trained turn that starts `Route:`, except
+    that lead, the arrow and the end of turn."""
+    positions: set[int] = set()
+    for span in trained_spans(example):
+        lead = next((k for k in range(1, len(span) + 1)
+                     if tokenizer.decode([example.input_ids[i] for i in span[:k]]) == ROUTE_LEAD), None)
+        if lead is None:
+            continue
+        positions |= {i for i in span[lead:]
+                      if _text(tokenizer, example.input_ids[i]) != ARROW and example.input_ids[i] != tokenizer.eos_token_id}
+    return positions
+
+
 def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
     """Indices of the trained tokens that are look-up values: after an arrow token, up to the next `;` or the end
-    of the assistant turn."""
+    of the assistant turn (route answers are not look-up values: see `route_positions`)."""
     positions: set[int] = set()
     in_value = False
+    routes = route_positions(tokenizer, example)
     for index, (token_id, trained) in enumerate(zip(example.input_ids, example.mask)):
-        if not trained:
+        if not trained or index in routes:
             in_value = False
             continue
         text = _text(tokenizer, token_id)
@@ -46,14 +78,16 @@ def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
 
 
 def probe_examples(tokenizer, examples: list[SFTExample]) -> dict[str, list[SFTExample]]:
-    """{"sequential": ..., "lookup_value": ...}: the same sequences, each masked to one skill's tokens (examples with
-    none of a skill's tokens are left out of that skill)."""
-    probes: dict[str, list[SFTExample]] = {"sequential": [], "lookup_value": []}
+    """{"sequential": ..., "lookup_value": ..., "route": ...}: the same sequences, each masked to one skill's tokens
+    (examples with none of a skill's tokens are left out of that skill)."""
+    probes: dict[str, list[SFTExample]] = {"sequential": [], "lookup_value": [], "route": []}
     for example in examples:
         values = lookup_value_positions(tokenizer, example)
+        routes = route_positions(tokenizer, example)
         lookup = [int(i in values) for i in range(len(example))]
-        sequential = [int(bool(m) and i not in values) for i, m in enumerate(example.mask)]
-        for kind, mask in (("lookup_value", lookup), ("sequential", sequential)):
+        route = [int(i in routes) for i in range(len(example))]
+        sequential = [int(bool(m) and i not in values and i not in routes) for i, m in enumerate(example.mask)]
+        for kind, mask in (("lookup_value", lookup), ("sequential", sequential), ("route", route)):
             if any(mask):
                 probes[kind].append(SFTExample(input_ids=example.input_ids, mask=mask))
     return probes
@@ -65,6 +99,8 @@ def copy_accuracy(model, tokenizer, examples: list[SFTExample], micro_batch_size
 
     accuracy = {}
     for kind, probe in probe_examples(tokenizer, examples).items():
+        if not probe:
+            continue
         value = evaluate_token_accuracy(model, probe, tokenizer.pad_token_id, micro_batch_size)
         accuracy[kind] = round(value, 4) if value is not None else None
     return accuracy

@@ -7,7 +7,10 @@ CPU cores (measured: copy accuracy 0.33 -> 0.72 in 5 minutes, batch 32 of ~80 to
 few rounds, each either
 
 - repeat: `Repeat: Kabranta, F0412, Helcano` -> `Kabranta, F0412, Helcano`, or
-- look up: `Pairs: Kabranta -> Lune Gardens; Merwa -> F0412; ... Look up: Merwa` -> `Merwa -> F0412`,
+- look up: `Pairs: Kabranta -> Lune Gardens; Merwa -> F0412; ... Look up: Merwa` -> `Merwa -> F0412`, or
+- route (a share `route_fraction` of all rounds): a travel request in the query synthesiser's phrasings, over
+  coined cities, -> `Route: Gortu -> Palavi`: the origin and destination picked out by their cue words ("starting in",
+  "heading to"), the look-up an agent's first tool call makes,
 
 over freshly coined names (the travel world's syllables), flight-style ids and prices, so nothing can be memorised.
 The look-up round is the travel task's move: find the key in the context, copy what follows it.
@@ -32,6 +35,7 @@ class CopyTaskParams(Params):
     rounds: tuple[int, int] = (3, 6)
     items: tuple[int, int] = (2, 6)
     repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
+    route_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are travel-request routes
     warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None and no
     # warmup_max_steps: mixed from the start); the other training keys (lr, batch) are model.pretrain's
     warmup_lr_scheduler: Literal["cosine", "linear", "constant"] = "constant"  # the copy circuit forms at full rate
@@ -54,7 +58,7 @@ def coined_value(rng: random.Random) -> str:
     """A fresh name ("Kabranta", "Helcano Gardens"), a flight-style id ("F0412") or a price ("$318")."""
     kind = rng.random()
     if kind < 0.6:
-        name = "".join(rng.choice(NAME_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+        name = coined_name(rng)
         if rng.random() < 0.4:
             name += " " + rng.choice(_RESTAURANT_KINDS + _ATTRACTION_KINDS)
         return name
@@ -72,9 +76,36 @@ def _distinct(rng: random.Random, count: int) -> list[str]:
     return values
 
 
-def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: float = 0.4) -> tuple[str, str]:
-    """(user text, assistant text) of one round: a repeat (with probability `repeat_fraction`) or a look-up over
-    fresh values."""
+def coined_name(rng: random.Random) -> str:
+    """A fresh one-word name of 2-3 of the world's syllables ("Gortu", "Palavi")."""
+    return "".join(rng.choice(NAME_SYLLABLES) for _ in range(rng.randint(2, 3))).capitalize()
+
+
+def route_round(rng: random.Random) -> tuple[str, str]:
+    """(user text, assistant text): a travel request over two coined cities, answered `Route: origin -> destination`.
+
+    The request is rendered by the query synthesiser (`render_query_text`: every opening phrasing, people, budget,
+    constraints), so the cue before each city is one the travel queries use."""
+    from components.synthesis.text import render_query_text
+
+    org = coined_name(rng)
+    dest = coined_name(rng)
+    while dest == org:
+        dest = coined_name(rng)
+    days = rng.choice((3, 5, 7))
+    first = rng.randint(1, 20)
+    fields = {"org": org, "dest": dest, "days": days, "visiting_city_number": 1 if days == 3 else rng.choice((2, 3)),
+              "date": [f"2022-03-{first + d:02d}" for d in range(days)], "people_number": rng.randint(1, 8),
+              "budget": rng.randint(8, 120) * 100, "local_constraint": {}}
+    return render_query_text(fields, rng), f"Route: {org} -> {dest}"
+
+
+def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: float = 0.4,
+               route_fraction: float = 0.0) -> tuple[str, str]:
+    """(user text, assistant text) of one round: a route (with probability `route_fraction`), else a repeat (with
+    probability `repeat_fraction`) or a look-up over fresh values."""
+    if route_fraction and rng.random() < route_fraction:
+        return route_round(rng)
     n = rng.randint(*items)
     if rng.random() < repeat_fraction:
         values = _distinct(rng, n)
@@ -93,7 +124,7 @@ def copy_records(params: CopyTaskParams) -> list[dict]:
     for index in range(params.records):
         messages = [{"role": "system", "content": SYSTEM, "train": False}]
         for _ in range(rng.randint(*params.rounds)):
-            user, assistant = copy_round(rng, params.items, params.repeat_fraction)
+            user, assistant = copy_round(rng, params.items, params.repeat_fraction, params.route_fraction)
             messages += [{"role": "user", "content": user, "train": False},
                          {"role": "assistant", "content": assistant, "train": True}]
         records.append({"id": f"copy-{index}", "source": "copy_task", "messages": messages})

@@ -145,3 +145,26 @@ def test_a_progress_check_between_eval_steps_is_refused():
 
     with pytest.raises(ValueError, match="multiple of eval_every"):
         SFTParams(eval_every=100, progress_check=(150, 1.0))
+
+
+def test_route_rounds_join_the_qa_mix_but_not_the_copy_warm_up(tmp_path, monkeypatch):
+    import components.training.sft as sft
+    from components.models.commands import build_tiny_base
+    from components.synthesis.copy_task import CopyTaskParams
+
+    seen = {}
+    real_run_sft = sft.run_sft
+
+    def recording_run_sft(model, tokenizer, train, evaluation, params, out, **kwargs):
+        phase = (kwargs.get("manifest") or {}).get("phase", "pretrain")
+        texts = [tokenizer.decode(example.input_ids) for example in [*train, *evaluation]]
+        seen[phase] = sum("Route:" in text for text in texts)
+        return real_run_sft(model, tokenizer, train, evaluation, params, out, **kwargs)
+
+    monkeypatch.setattr(sft, "run_sft", recording_run_sft)
+    copy = CopyTaskParams(records=20, warmup_max_steps=6, route_fraction=0.5, seed=1)
+    params = tiny_params().model_copy(update={"pretrain_copy": copy})
+    records = [qa_record(i) for i in range(30)]
+    summary, _ = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
+    assert seen["copy warm-up"] == 0 and seen["pretrain"] > 0
+    assert {"sequential", "route"} <= set(summary["copy_accuracy"])  # the probe of route answers

@@ -48,3 +48,32 @@ def test_the_two_probes_partition_the_trained_tokens(copy_tokenizer):
         values = lookup_value_positions(copy_tokenizer, example)
         sequential = {i for i, m in enumerate(example.mask) if m} - values
         assert values | sequential == {i for i, m in enumerate(example.mask) if m} and not values & sequential
+
+
+def test_a_route_answer_counts_its_two_cities_and_nothing_else(copy_tokenizer):
+    from components.models.copy_probe import route_positions
+
+    example = encode_record(copy_tokenizer, record(
+        "Can you put together a 3-day trip starting in Gortu and visiting Palavi between March 5th, 2022 and "
+        "March 7th, 2022?", "Route: Gortu -> Palavi"))
+    routes = route_positions(copy_tokenizer, example)
+    assert masked_text(copy_tokenizer, example, routes).split() == ["Gortu", "Palavi"]
+    probes = probe_examples(copy_tokenizer, [example])
+    assert probes["lookup_value"] == []  # the destination after the arrow is a route city, not a look-up value
+    assert masked_text(copy_tokenizer, example, [i for i, m in enumerate(probes["sequential"][0].mask) if m]) \
+        == "Route: -><|im_end|>"
+
+
+def test_the_three_probes_partition_the_trained_tokens_of_records_with_routes(copy_tokenizer):
+    from components.models.copy_probe import route_positions
+    from components.synthesis.copy_task import CopyTaskParams, copy_records
+
+    counts = {"route": 0, "lookup_value": 0}
+    for rec in copy_records(CopyTaskParams(records=20, repeat_fraction=0.5, route_fraction=0.3, seed=2)):
+        example = encode_record(copy_tokenizer, rec["messages"])
+        values, routes = lookup_value_positions(copy_tokenizer, example), route_positions(copy_tokenizer, example)
+        trained = {i for i, m in enumerate(example.mask) if m}
+        assert not values & routes and values | routes <= trained
+        counts["route"] += len(routes)
+        counts["lookup_value"] += len(values)
+    assert counts["route"] > 0 and counts["lookup_value"] > 0

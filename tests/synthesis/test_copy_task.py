@@ -3,7 +3,7 @@ import re
 
 import random
 
-from components.synthesis.copy_task import CopyTaskParams, copy_records, copy_round
+from components.synthesis.copy_task import CopyTaskParams, copy_records, copy_round, route_round
 from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS
 
 
@@ -39,3 +39,30 @@ def test_a_round_holds_between_the_requested_numbers_of_items():
         user, _ = copy_round(rng, (3, 3))
         first = user.split("\n")[0]
         assert first.count(", ") == 2 if first.startswith("Repeat") else first.count(" -> ") == 3
+
+
+def test_a_route_round_answers_a_travel_request_with_its_origin_and_destination():
+    from components.synthesis.text import OPENINGS
+
+    rng = random.Random(4)
+    openings = set()
+    for _ in range(200):
+        user, assistant = route_round(rng)
+        org, dest = re.fullmatch(r"Route: (\w+) -> (\w+)", assistant).groups()
+        assert org != dest
+        opening = next(o for o in OPENINGS if re.match(re.escape(o.split("{")[0]), user))
+        cue_org, cue_dest = re.search(r"(\S+ )\{org\}", opening).group(1), re.search(r"(\S+ )\{dest\}", opening).group(1)
+        assert cue_org + org in user and cue_dest + dest in user  # each city follows its opening's cue word
+        openings.add(opening)
+    assert openings == set(OPENINGS)
+
+
+def test_route_rounds_are_a_share_of_the_rounds_and_leave_other_records_unchanged():
+    plain = CopyTaskParams(records=40, repeat_fraction=0.5, seed=2)
+    with_routes = plain.model_copy(update={"route_fraction": 0.5})
+    assert copy_records(plain) == copy_records(plain.model_copy(update={"route_fraction": 0.0}))
+    users = [m["content"] for r in copy_records(with_routes) for m in r["messages"][1::2]]
+    routes = sum(not u.startswith(("Repeat: ", "Pairs: ")) for u in users)
+    assert 0.35 < routes / len(users) < 0.65
+    assert not any(not u.startswith(("Repeat: ", "Pairs: ")) for u in
+                   (m["content"] for r in copy_records(plain) for m in r["messages"][1::2]))
