@@ -12,9 +12,12 @@ Two skills hide behind one copy accuracy (docs/tiny_preset.md, session 6):
 - **route**: the answer of a route round (`Route: Gortu -> Palavi` for a travel request): each city is found by the
   cue word before it in the request ("starting in", "heading to"), the look-up an agent's first tool call makes.
 
+- **recap**: the answer to a recap request (every earlier answer of the record again): copies of text hundreds of
+  tokens back, the distance at which a plan copies the names its agent read early in the episode.
+
 `probe_examples` re-masks encoded copy records so that only the tokens of one skill count; the accuracy of each is a
-base_model metric (`copy_accuracy.sequential`, `copy_accuracy.lookup_value`, `copy_accuracy.route`; a skill with no
-tokens in the records, such as route with `route_fraction: 0`, is left out).
+base_model metric (`copy_accuracy.sequential`, `.lookup_value`, `.route`, `.recap`; a skill with no tokens in the
+records, such as route with `route_fraction: 0`, is left out).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from components.training.sft import SFTExample
 ARROW = "->"
 SEPARATORS = (";",)
 ROUTE_LEAD = "Route:"  # a route round's answer starts with it (components/synthesis/copy_task.py)
+RECAP_CUE = "Recap:"  # a recap request starts with it (copy_task.RECAP)
 
 
 def _text(tokenizer, token_id: int) -> str:
@@ -41,11 +45,30 @@ def trained_spans(example: SFTExample) -> list[range]:
     return spans
 
 
+def recap_spans(tokenizer, example: SFTExample) -> list[range]:
+    """The trained turns that answer a recap request (the untrained text before them holds `Recap:`)."""
+    spans, previous_end = [], 0
+    for span in trained_spans(example):
+        if RECAP_CUE in tokenizer.decode(example.input_ids[previous_end:span.start]):
+            spans.append(span)
+        previous_end = span.stop
+    return spans
+
+
+def recap_positions(tokenizer, example: SFTExample) -> set[int]:
+    """Indices of the tokens of recap answers (every answer of the record again), except the end of turn."""
+    return {i for span in recap_spans(tokenizer, example) for i in span
+            if example.input_ids[i] != tokenizer.eos_token_id}
+
+
 def route_positions(tokenizer, example: SFTExample) -> set[int]:
     """Indices of the city tokens of route answers: every token of a trained turn that starts `Route:`, except
-    that lead, the arrow and the end of turn."""
+    that lead, the arrow and the end of turn (a recap that starts with a route is a recap)."""
     positions: set[int] = set()
+    recaps = recap_spans(tokenizer, example)
     for span in trained_spans(example):
+        if span in recaps:
+            continue
         lead = next((k for k in range(1, len(span) + 1)
                      if tokenizer.decode([example.input_ids[i] for i in span[:k]]) == ROUTE_LEAD), None)
         if lead is None:
@@ -60,9 +83,9 @@ def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
     of the assistant turn (route answers are not look-up values: see `route_positions`)."""
     positions: set[int] = set()
     in_value = False
-    routes = route_positions(tokenizer, example)
+    skipped = route_positions(tokenizer, example) | recap_positions(tokenizer, example)
     for index, (token_id, trained) in enumerate(zip(example.input_ids, example.mask)):
-        if not trained or index in routes:
+        if not trained or index in skipped:
             in_value = False
             continue
         text = _text(tokenizer, token_id)
@@ -78,16 +101,20 @@ def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
 
 
 def probe_examples(tokenizer, examples: list[SFTExample]) -> dict[str, list[SFTExample]]:
-    """{"sequential": ..., "lookup_value": ..., "route": ...}: the same sequences, each masked to one skill's tokens
+    """{"sequential": ..., "lookup_value": ..., "route": ..., "recap": ...}: the same sequences, each masked to one
+    skill's tokens
     (examples with none of a skill's tokens are left out of that skill)."""
-    probes: dict[str, list[SFTExample]] = {"sequential": [], "lookup_value": [], "route": []}
+    probes: dict[str, list[SFTExample]] = {"sequential": [], "lookup_value": [], "route": [], "recap": []}
     for example in examples:
         values = lookup_value_positions(tokenizer, example)
         routes = route_positions(tokenizer, example)
+        recaps = recap_positions(tokenizer, example)
         lookup = [int(i in values) for i in range(len(example))]
         route = [int(i in routes) for i in range(len(example))]
-        sequential = [int(bool(m) and i not in values and i not in routes) for i, m in enumerate(example.mask)]
-        for kind, mask in (("lookup_value", lookup), ("sequential", sequential), ("route", route)):
+        recap = [int(i in recaps) for i in range(len(example))]
+        sequential = [int(bool(m) and i not in values and i not in routes and i not in recaps)
+                      for i, m in enumerate(example.mask)]
+        for kind, mask in (("lookup_value", lookup), ("sequential", sequential), ("route", route), ("recap", recap)):
             if any(mask):
                 probes[kind].append(SFTExample(input_ids=example.input_ids, mask=mask))
     return probes

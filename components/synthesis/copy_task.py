@@ -13,7 +13,9 @@ few rounds, each either
   "heading to"), the look-up an agent's first tool call makes,
 
 over freshly coined names (the travel world's syllables), flight-style ids and prices, so nothing can be memorised.
-The look-up round is the travel task's move: find the key in the context, copy what follows it.
+The look-up round is the travel task's move: find the key in the context, copy what follows it. A share
+`recap_fraction` of the records are longer and end with a recap: `Recap: repeat every answer you gave above` -> every
+answer again, joined by ` | `, copies of text hundreds of tokens back (a plan copies names read early in its episode).
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ from components.params import Params
 from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS, NAME_SYLLABLES
 
 SYSTEM = "You copy names, ids and numbers exactly as they are written."
+RECAP = "Recap: repeat every answer you gave above, in order."
+RECAP_SEPARATOR = " | "
 
 
 class CopyTaskParams(Params):
@@ -36,6 +40,8 @@ class CopyTaskParams(Params):
     items: tuple[int, int] = (2, 6)
     repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
     route_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are travel-request routes
+    recap_fraction: float = Field(0.0, ge=0, le=1)  # the share of records that end with a recap of every answer
+    recap_rounds: tuple[int, int] = (10, 20)  # rounds before a recap (longer records: the copies are far back)
     warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None and no
     # warmup_max_steps: mixed from the start); the other training keys (lr, batch) are model.pretrain's
     warmup_lr_scheduler: Literal["cosine", "linear", "constant"] = "constant"  # the copy circuit forms at full rate
@@ -118,14 +124,24 @@ def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: floa
 
 
 def copy_records(params: CopyTaskParams) -> list[dict]:
-    """`params.records` chat records (`messages` with `train` on the assistant turns), seeded by `params.seed`."""
+    """`params.records` chat records (`messages` with `train` on the assistant turns), seeded by `params.seed`.
+
+    With probability `recap_fraction` a record has `recap_rounds` rounds and ends with a recap: every answer above,
+    in order (RECAP). Its tokens are copies of text hundreds of tokens back, the distance at which a plan copies the
+    names its agent read early in the episode."""
     rng = random.Random(params.seed)
     records = []
     for index in range(params.records):
         messages = [{"role": "system", "content": SYSTEM, "train": False}]
-        for _ in range(rng.randint(*params.rounds)):
+        recap = bool(params.recap_fraction) and rng.random() < params.recap_fraction
+        answers = []
+        for _ in range(rng.randint(*(params.recap_rounds if recap else params.rounds))):
             user, assistant = copy_round(rng, params.items, params.repeat_fraction, params.route_fraction)
             messages += [{"role": "user", "content": user, "train": False},
                          {"role": "assistant", "content": assistant, "train": True}]
+            answers.append(assistant)
+        if recap:
+            messages += [{"role": "user", "content": RECAP, "train": False},
+                         {"role": "assistant", "content": RECAP_SEPARATOR.join(answers), "train": True}]
         records.append({"id": f"copy-{index}", "source": "copy_task", "messages": messages})
     return records

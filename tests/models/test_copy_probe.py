@@ -77,3 +77,22 @@ def test_the_three_probes_partition_the_trained_tokens_of_records_with_routes(co
         counts["route"] += len(routes)
         counts["lookup_value"] += len(values)
     assert counts["route"] > 0 and counts["lookup_value"] > 0
+
+
+def test_a_recap_answer_is_its_own_skill_even_when_it_starts_with_a_route(copy_tokenizer):
+    from components.models.copy_probe import recap_positions, route_positions
+    from components.synthesis.copy_task import RECAP
+
+    messages = record("Can you put together a 3-day trip starting in Gortu and visiting Palavi?", "Route: Gortu -> Palavi")
+    messages += [{"role": "user", "content": "Repeat: Helcano, F1234", "train": False},
+                 {"role": "assistant", "content": "Helcano, F1234", "train": True},
+                 {"role": "user", "content": RECAP, "train": False},
+                 {"role": "assistant", "content": "Route: Gortu -> Palavi | Helcano, F1234", "train": True}]
+    example = encode_record(copy_tokenizer, messages)
+    recaps = recap_positions(copy_tokenizer, example)
+    assert masked_text(copy_tokenizer, example, recaps) == "Route: Gortu -> Palavi | Helcano, F1234"
+    assert masked_text(copy_tokenizer, example, route_positions(copy_tokenizer, example)).split() == ["Gortu", "Palavi"]
+    probes = probe_examples(copy_tokenizer, [example])
+    assert probes["lookup_value"] == [] and len(probes["recap"]) == 1
+    sequential = {i for i, m in enumerate(probes["sequential"][0].mask) if m}
+    assert not sequential & recaps and masked_text(copy_tokenizer, example, sequential).startswith("Route: ->")

@@ -66,3 +66,18 @@ def test_route_rounds_are_a_share_of_the_rounds_and_leave_other_records_unchange
     assert 0.35 < routes / len(users) < 0.65
     assert not any(not u.startswith(("Repeat: ", "Pairs: ")) for u in
                    (m["content"] for r in copy_records(plain) for m in r["messages"][1::2]))
+
+
+def test_a_recap_record_ends_with_every_answer_again_in_order():
+    from components.synthesis.copy_task import RECAP, RECAP_SEPARATOR
+
+    params = CopyTaskParams(records=30, recap_fraction=0.5, recap_rounds=(10, 12), route_fraction=0.2, seed=6)
+    records = copy_records(params)
+    recaps = [r for r in records if r["messages"][-2]["content"] == RECAP]
+    assert 5 < len(recaps) < 25
+    for record in recaps:
+        answers = [m["content"] for m in record["messages"][2:-2:2]]
+        assert 10 <= len(answers) <= 12 and all(m["role"] == "assistant" for m in record["messages"][2:-2:2])
+        assert record["messages"][-1] == {"role": "assistant", "content": RECAP_SEPARATOR.join(answers), "train": True}
+    assert copy_records(params.model_copy(update={"recap_fraction": 0.0})) == copy_records(
+        CopyTaskParams(records=30, route_fraction=0.2, seed=6))  # no recaps: the same records as before recaps
