@@ -33,6 +33,8 @@ MAX_RETRIES = 5  # transient tool failures retried per call
 CITY_ARGUMENTS = ("departure", "destination", "city")
 # The think after a slipped call: it names the slip and the exact name (the filter and the renamer read it back).
 SLIP_NOTE = "'{wrong}' is not a city; the exact name is {right}."
+# With ExpertConfig.trip_header, every think starts with this restatement of the query's route.
+TRIP_HEADER = "Trip: from {org} to {dest} and back."
 SLIP_PATTERN = re.compile(r"'([^'\n]+)' is not a city; the exact name is ([^.\n]+)\.")
 
 
@@ -44,7 +46,9 @@ class ExpertConfig:
     the search in time to answer within the episode's turn limit; `slip_rate` is the probability that a call with a
     city argument is first made with a slipped name (`slip_name`), so the trajectory shows the recovery: the
     environment's unknown-city error, then a think naming the exact city and the corrected call. The filter never
-    trains the slipped turn itself (components/synthesis/filter.py), only the recovery."""
+    trains the slipped turn itself (components/synthesis/filter.py), only the recovery. `trip_header` starts every
+    think with TRIP_HEADER (the query's origin and destination), so a small model that cannot copy from far back
+    finds the origin in the previous turn when it plans the way home."""
 
     mistake_rate: float = 0.0
     max_routes: int = 30
@@ -53,6 +57,7 @@ class ExpertConfig:
     max_tool_calls: int = 55  # give up (and say so) before an episode's turn limit
     slip_rate: float = 0.0
     quote_rows: bool = False
+    trip_header: bool = False
 
 
 @dataclass
@@ -220,6 +225,11 @@ class Expert:
         self.failed: dict[tuple, Failure] = {}  # leg or city -> why it failed (backtracking never retries it)
         self.solved: dict[tuple, Any] = {}  # leg or city -> its chosen options (reused by later routes)
 
+    def think(self, notes: list[str]) -> str:
+        """One think from its notes, after the trip header when the config asks for it."""
+        header = [TRIP_HEADER.format(org=self.query.org, dest=self.query.dest)] if self.config.trip_header else []
+        return join_notes([*header, *notes])
+
     # -- tool access -------------------------------------------------------------------------------------------
     def call(self, name: str, intent: str, **arguments: str) -> Generator[Action, str, list[dict]]:
         """Call a tool (once per distinct call; repeated on transient failures) and return its parsed rows."""
@@ -231,7 +241,7 @@ class Expert:
         for _ in range(MAX_RETRIES + 1):
             if self.tool_calls >= self.config.max_tool_calls:
                 raise Failure("search", f"I have used my budget of {self.tool_calls} tool calls")
-            think = join_notes([*self.notes, intent])
+            think = self.think([*self.notes, intent])
             self.notes = []
             observation = yield Action(think=think, name=name, arguments=dict(arguments))
             self.tool_calls += 1
@@ -256,7 +266,7 @@ class Expert:
         wrong = slip_name(right)
         if wrong == right:
             return
-        think = join_notes([*self.notes, intent.replace(right, wrong)])
+        think = self.think([*self.notes, intent.replace(right, wrong)])
         self.notes = []
         observation = yield Action(think=think, name=name, arguments={**arguments, argument: wrong})
         self.tool_calls += 1
@@ -401,11 +411,11 @@ class Expert:
                     calls_before = self.tool_calls
                 if self.mistake:
                     plan = self.apply_mistake(plan, route)
-                think = join_notes([*self.notes, story])
+                think = self.think([*self.notes, story])
                 self.notes = []
                 yield Action(think=think, plan=plan)
                 return Outcome(plan, cost, None, self.tool_calls, self.mistake)
-        think = join_notes([*self.notes, f"I found no plan within the budget of {money(q.budget)}."])
+        think = self.think([*self.notes, f"I found no plan within the budget of {money(q.budget)}."])
         self.notes = []
         yield Action(think=think, plan=[])
         return Outcome(None, None, reason or "no plan within budget", self.tool_calls, self.mistake, kind or "budget")

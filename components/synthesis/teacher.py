@@ -48,6 +48,7 @@ class TeacherParams(Params):
     failure_rate: float = Field(0.0, ge=0, le=1)  # injected transient tool failures
     slip_rate: float = Field(0.0, ge=0, le=1)  # expert calls first made with a slipped city name, then recovered
     quote_rows: bool = False  # expert picks quote their observation rows verbatim (copies, not paraphrases)
+    trip_header: bool = False  # expert thinks start with "Trip: from <origin> to <destination> and back."
     limit: int | None = Field(None, ge=1)  # teach only the first `limit` queries
     limits: LimitsParams = Field(default_factory=LimitsParams)
     endpoint: EndpointParams | None = None
@@ -62,7 +63,7 @@ class TeacherParams(Params):
 
     def expert_config(self) -> ExpertConfig:
         return ExpertConfig(self.mistake_rate, self.max_routes, self.shortlist, self.seed, self.max_tool_calls,
-                            self.slip_rate, self.quote_rows)
+                            self.slip_rate, self.quote_rows, self.trip_header)
 
 
 def make_policy(params: TeacherParams) -> Any:

@@ -15,9 +15,10 @@ from components.travel.queries import load_queries
 TRAIN_QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
 
 
-def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0, slip_rate=0.0, quote_rows=False):
+def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0, slip_rate=0.0, quote_rows=False,
+            trip_header=False):
     policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed, slip_rate=slip_rate,
-                                       quote_rows=quote_rows))
+                                       quote_rows=quote_rows, trip_header=trip_header))
     episodes = travel_episodes(world, queries, failure_rate=failure_rate, seed=seed)
     return run_episodes(episodes, policy, Limits(), evaluate=travel_evaluate(world), progress=False)
 
@@ -121,6 +122,17 @@ def test_quoted_picks_are_observation_rows_copied_verbatim(tiny_world, many_quer
                     quoted += 1
     assert quoted >= 4 * len(records)  # the route out and back, the stay, three restaurants, an attraction
     assert strict_pass(records) >= 0.9  # quoting changes the words, not the plans
+
+
+def test_with_the_trip_header_every_think_starts_with_the_query_route(tiny_world, many_queries):
+    records = rollout(tiny_world, many_queries[:20], trip_header=True, slip_rate=0.2, seed=1)
+    plain = rollout(tiny_world, many_queries[:20], slip_rate=0.2, seed=1)
+    for record, query in zip(records, many_queries[:20]):
+        header = f"<think>Trip: from {query.org} to {query.dest} and back."
+        thinks = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        assert thinks and all(t.startswith(header) for t in thinks)
+    assert [r["plan"] for r in records] == [r["plan"] for r in plain]  # the same search, other words
+    assert strict_pass(records) >= 0.9
 
 
 def test_slip_name_drops_the_last_syllable_of_a_coined_name():
