@@ -48,6 +48,11 @@ def sft(args: argparse.Namespace) -> int:
                    "train_examples": len(train), "eval_examples": len(evaluation),
                    "dropped_overlong_or_empty": dropped_train + dropped_eval,
                    "mean_tokens_per_example": round(sum(len(e) for e in train) / max(1, len(train)), 1)}
+        if evaluation and params.copy_probe_examples:  # how far back the checkpoint can copy from (held-out records)
+            from components.models.copy_probe import copy_accuracy_by_distance
+
+            summary["copy_accuracy_by_distance"] = copy_accuracy_by_distance(
+                model, evaluation[:params.copy_probe_examples], tokenizer.pad_token_id, params.micro_batch_size)
         args.metrics.parent.mkdir(parents=True, exist_ok=True)
         args.metrics.write_text(json.dumps(summary, indent=2) + "\n")
         write_loss_csv(result.history, args.plots)

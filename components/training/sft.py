@@ -82,6 +82,9 @@ class SFTParams(Params):
     gradient_checkpointing: bool = False
     cpu_threads: int | None = Field(
         None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
+    copy_probe_examples: int = Field(
+        64, ge=0, description="held-out examples on which the sft stage measures copying by distance "
+                              "(metrics/sft.json copy_accuracy_by_distance; 0: skip)")
 
 
 @dataclass(frozen=True)

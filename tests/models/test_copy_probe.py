@@ -96,3 +96,31 @@ def test_a_recap_answer_is_its_own_skill_even_when_it_starts_with_a_route(copy_t
     assert probes["lookup_value"] == [] and len(probes["recap"]) == 1
     sequential = {i for i, m in enumerate(probes["sequential"][0].mask) if m}
     assert not sequential & recaps and masked_text(copy_tokenizer, example, sequential).startswith("Route: ->")
+
+
+def test_copies_are_bucketed_by_how_far_back_their_source_is():
+    from components.models.copy_probe import copy_accuracy_by_distance, distance_examples
+    from components.training.sft import SFTExample
+
+    filler = list(range(100, 480))  # 380 distinct tokens
+    # a name (7, 8, 9) read at the start, copied right after the filler (distance ~380) and again 50 tokens later
+    ids = [7, 8, 9] + filler + [7, 8, 9] + list(range(500, 550)) + [7, 8, 9]
+    mask = [0] * (3 + len(filler)) + [1] * 3 + [0] * 50 + [1] * 3
+    template = SFTExample(input_ids=[1, 2, 3], mask=[0, 1, 1])
+    probes = distance_examples([SFTExample(ids, mask)] + [template] * 9, edges=(100, 300))
+    marked = {label: [i for e in p for i, m in enumerate(e.mask) if m] for label, p in probes.items()}
+    first, second = 3 + len(filler), 3 + len(filler) + 3 + 50
+    assert marked == {"<100": [second + 1, second + 2], "100-300": [], ">=300": [first + 1, first + 2]}
+    # the bigram (1, 2) is in every example: the format's own text, never counted as a copy
+    assert all(e.input_ids != [1, 2, 3] for p in probes.values() for e in p)
+
+
+def test_copy_accuracy_by_distance_reports_tokens_and_accuracy_per_bucket(tiny_model):
+    from components.models.copy_probe import copy_accuracy_by_distance
+    from components.training.sft import SFTExample
+
+    ids = [5, 6, 7] + list(range(10, 40)) + [5, 6, 7]
+    example = SFTExample(ids, [0] * 33 + [1] * 3)
+    result = copy_accuracy_by_distance(tiny_model, [example], pad_id=0, micro_batch_size=2, edges=(100,))
+    assert result[">=100"] == {"tokens": 0, "accuracy": None}
+    assert result["<100"]["tokens"] == 2 and 0.0 <= result["<100"]["accuracy"] <= 1.0
