@@ -22,6 +22,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="per-step pre-training loss (tiny only)")
     parser.set_defaults(handler=base_model)
 
+    probe = subparsers.add_parser(
+        "copy-probe", help="how well a checkpoint copies from context, in short and in episode-long sequences")
+    probe.add_argument("--model", required=True, type=Path, help="checkpoint directory (Hugging Face format)")
+    probe.add_argument("--params", default="params/model.yaml", type=Path,
+                       help="model.pretrain_copy draws the probe's copy records")
+    probe.add_argument("--records", type=Path, default=None,
+                       help="chat records JSONL (e.g. data/sft/eval.jsonl): also report copying by distance there")
+    probe.add_argument("--examples", type=int, default=48, help="records per probe (default 48)")
+    probe.add_argument("--out", type=Path, default=None, help="also write the report as JSON here")
+    probe.set_defaults(handler=copy_probe)
+
 
 def base_model(args: argparse.Namespace) -> int:
     """Run the base_model stage: read inputs, train or snapshot inside one MLflow child run, write outputs."""
@@ -54,6 +65,40 @@ def base_model(args: argparse.Namespace) -> int:
         print(f"pre-training: loss {summary['pretrain']['first_train_loss']:.3f} -> "
               f"{summary['pretrain']['final_train_loss']:.3f}; loss curve in {args.plots}", file=sys.stderr)
     print(f"base model in {args.out}; metrics in {args.metrics}")
+    return 0
+
+
+def copy_probe(args: argparse.Namespace) -> int:
+    """`star copy-probe`: teacher-forced copy accuracy of a checkpoint (components/models/copy_probe.py)."""
+    from transformers import AutoModelForCausalLM
+
+    from components.errors import UserError
+    from components.jsonl import iter_jsonl
+    from components.models.copy_probe import copy_probe_report, format_report
+    from components.models.loading import load_tokenizer
+    from components.models.params import ModelParams
+    from components.params import load_section
+
+    if args.examples < 1:
+        raise UserError(f"--examples must be at least 1 (got {args.examples})")
+    if not (args.model / "config.json").is_file():
+        raise UserError(f"{args.model} is not a checkpoint directory (no config.json): pass models/base, "
+                        "models/sft or another save_pretrained folder")
+    params = load_section(args.params, "model", ModelParams)
+    records = None
+    if args.records:
+        records = []
+        for line, record in iter_jsonl(args.records):
+            if not isinstance(record, dict) or not isinstance(record.get("messages"), list):
+                raise UserError(f"{args.records}:{line}: not a chat record (no `messages` list); pass SFT records "
+                                "such as data/sft/eval.jsonl")
+            records.append(record)
+    tokenizer = load_tokenizer(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    report = copy_probe_report(model, tokenizer, params.pretrain_copy, records, examples=args.examples)
+    print(format_report(report))
+    if args.out:
+        write_json({"model": str(args.model), **report}, args.out)
     return 0
 
 

@@ -195,3 +195,62 @@ def copy_accuracy_by_distance(model, examples: list[SFTExample], pad_id: int, mi
         result[label] = {"tokens": sum(sum(e.mask) for e in probe),
                          "accuracy": round(accuracy, 4) if accuracy is not None else None}
     return result
+
+
+# ---- the probe report (`star copy-probe`): short and long sequences side by side ------------------------------
+
+PROBE_SEED_OFFSET = 7919
+"""Probe records are drawn with the copy task's seed plus this offset: fresh values, never the training records."""
+
+
+def median_length(examples: list[SFTExample]) -> int | None:
+    """The median token count of `examples` (None when there are none)."""
+    lengths = sorted(len(example) for example in examples)
+    return lengths[len(lengths) // 2] if lengths else None
+
+
+def copy_probe_report(model, tokenizer, copy_params, records: list[dict] | None = None, examples: int = 48,
+                      micro_batch_size: int = 4, cutoff_len: int = 8192) -> dict:
+    """How well `model` copies in short sequences and in long ones (teacher-forced).
+
+    - `short`: `examples` fresh copy records as the warm-up draws them (3-6 rounds, a few hundred tokens): the
+      skills of `copy_accuracy`.
+    - `long`: as many records of `copy_params.recap_rounds` rounds ending with a recap (1,000-2,000 tokens, an
+      episode's length): the same skills plus `copy_accuracy_by_distance`. A base pre-trained only on short
+      sequences copies far worse here, even from a few tokens back (docs/tiny_preset.md, session 8).
+    - `records` (optional, e.g. held-out SFT records): `copy_accuracy_by_distance` on the first `examples`.
+    """
+    from components.synthesis.copy_task import copy_records
+    from components.training.sft import build_examples
+
+    seed = copy_params.seed + PROBE_SEED_OFFSET
+    report = {}
+    for name, recap in (("short", 0.0), ("long", 1.0)):
+        drawn = copy_records(copy_params.model_copy(update={"records": examples, "recap_fraction": recap,
+                                                            "seed": seed}))
+        encoded, _ = build_examples(tokenizer, drawn, cutoff_len, "drop", source=f"{name} copy records")
+        report[name] = {"examples": len(encoded), "median_tokens": median_length(encoded),
+                        "copy_accuracy": copy_accuracy(model, tokenizer, encoded, micro_batch_size)}
+        if recap:
+            report[name]["by_distance"] = copy_accuracy_by_distance(model, encoded, tokenizer.pad_token_id,
+                                                                    micro_batch_size)
+    if records:
+        encoded, _ = build_examples(tokenizer, records[:examples], cutoff_len, "drop", source="probe records")
+        report["records"] = {"examples": len(encoded), "median_tokens": median_length(encoded),
+                             "by_distance": copy_accuracy_by_distance(model, encoded, tokenizer.pad_token_id,
+                                                                      micro_batch_size)}
+    return report
+
+
+def format_report(report: dict) -> str:
+    """The report as a few readable lines (percentages)."""
+    def pct(value):
+        return "-" if value is None else f"{100 * value:.1f}%"
+
+    lines = []
+    for name, part in report.items():
+        head = f"{name}: {part['examples']} examples, median {part['median_tokens']} tokens"
+        skills = ", ".join(f"{k} {pct(v)}" for k, v in part.get("copy_accuracy", {}).items())
+        distance = ", ".join(f"{k} {pct(v['accuracy'])}" for k, v in part.get("by_distance", {}).items())
+        lines.append("; ".join(x for x in (head, skills, distance and f"copies by distance back: {distance}") if x))
+    return "\n".join(lines)

@@ -124,3 +124,79 @@ def test_copy_accuracy_by_distance_reports_tokens_and_accuracy_per_bucket(tiny_m
     result = copy_accuracy_by_distance(tiny_model, [example], pad_id=0, micro_batch_size=2, edges=(100,))
     assert result[">=100"] == {"tokens": 0, "accuracy": None}
     assert result["<100"]["tokens"] == 2 and 0.0 <= result["<100"]["accuracy"] <= 1.0
+
+
+def test_the_report_sets_short_and_episode_long_copy_records_side_by_side(tiny_model, tiny_tokenizer, conversations):
+    from components.models.copy_probe import copy_probe_report, format_report
+    from components.synthesis.copy_task import CopyTaskParams
+
+    params = CopyTaskParams(rounds=(2, 3), items=(3, 4), recap_rounds=(6, 8), seed=3)
+    records = [{"messages": messages} for messages in conversations[:3]]
+    report = copy_probe_report(tiny_model, tiny_tokenizer, params, records, examples=3, micro_batch_size=2)
+    assert set(report) == {"short", "long", "records"}
+    assert report["short"]["examples"] == report["long"]["examples"] == 3
+    assert report["long"]["median_tokens"] > 2 * report["short"]["median_tokens"]  # recaps: an episode's length
+    assert "recap" in report["long"]["copy_accuracy"] and "recap" not in report["short"]["copy_accuracy"]
+    assert set(report["long"]["by_distance"]) == {"<100", "100-300", "300-700", ">=700"}
+    assert report["records"]["examples"] == 3
+    text = format_report(report)
+    assert text.count("\n") == 2 and "copies by distance back" in text and "short: 3 examples" in text
+
+
+def test_the_probe_draws_fresh_records_not_the_training_ones():
+    from components.models.copy_probe import PROBE_SEED_OFFSET
+    from components.synthesis.copy_task import CopyTaskParams, copy_records
+
+    params = CopyTaskParams(records=5, seed=0)
+    training = copy_records(params)
+    probed = copy_records(params.model_copy(update={"seed": params.seed + PROBE_SEED_OFFSET}))
+    assert [r["messages"] for r in training] != [r["messages"] for r in probed]
+
+
+@pytest.fixture(scope="module")
+def saved_tiny(tiny_model, tiny_tokenizer, tmp_path_factory):
+    from components.models.checkpoints import save_checkpoint
+
+    return save_checkpoint(tiny_model, tiny_tokenizer, tmp_path_factory.mktemp("probe_model"), stage="test")
+
+
+@pytest.fixture
+def probe_params(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text("model:\n  pretrain_copy:\n    rounds: [2, 3]\n    items: [3, 4]\n    recap_rounds: [5, 6]\n")
+    return path
+
+
+def test_star_copy_probe_prints_the_report_and_writes_it_as_json(saved_tiny, probe_params, conversations, tmp_path,
+                                                                  capsys):
+    import json
+
+    from components.cli import main
+
+    records = tmp_path / "eval.jsonl"
+    records.write_text("".join(json.dumps({"messages": c}) + "\n" for c in conversations[:2]))
+    out = tmp_path / "probe.json"
+    assert main(["copy-probe", "--model", str(saved_tiny), "--params", str(probe_params), "--records", str(records),
+                 "--examples", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("short: 2 examples") and "long: 2 examples" in printed and "records: 2 examples" in printed
+    report = json.loads(out.read_text())
+    assert report["model"] == str(saved_tiny) and report["records"]["examples"] == 2
+
+
+@pytest.mark.parametrize("problem", ["not a checkpoint", "not chat records", "no examples"])
+def test_star_copy_probe_says_what_is_wrong_with_its_inputs(saved_tiny, probe_params, tmp_path, capsys, problem):
+    from components.cli import main
+
+    records = tmp_path / "plans.jsonl"
+    records.write_text('{"plan": []}\n')
+    model = tmp_path if problem == "not a checkpoint" else saved_tiny
+    args = ["copy-probe", "--model", str(model), "--params", str(probe_params),
+            "--examples", "0" if problem == "no examples" else "2"]
+    if problem == "not chat records":
+        args += ["--records", str(records)]
+    assert main(args) == 2
+    error = capsys.readouterr().err
+    expected = {"not a checkpoint": "no config.json", "not chat records": "plans.jsonl:1: not a chat record",
+                "no examples": "--examples must be at least 1"}[problem]
+    assert expected in error
