@@ -12,11 +12,14 @@ Two skills hide behind one copy accuracy (docs/tiny_preset.md, session 6):
 - **route**: the answer of a route round (`Route: Gortu -> Palavi` for a travel request): each city is found by the
   cue word before it in the request ("starting in", "heading to"), the look-up an agent's first tool call makes.
 
+- **fact**: the answer of a fact round (`Answer: Mirathal` for three encyclopedia passages and a question): find
+  the sentence about the question's entity, copy its value, the look-up a QA episode makes.
+
 - **recap**: the answer to a recap request (every earlier answer of the record again): copies of text hundreds of
   tokens back, the distance at which a plan copies the names its agent read early in the episode.
 
 `probe_examples` re-masks encoded copy records so that only the tokens of one skill count; the accuracy of each is a
-base_model metric (`copy_accuracy.sequential`, `.lookup_value`, `.route`, `.recap`; a skill with no tokens in the
+base_model metric (`copy_accuracy.sequential`, `.lookup_value`, `.route`, `.fact`, `.recap`; a skill with no tokens in the
 records, such as route with `route_fraction: 0`, is left out).
 """
 from __future__ import annotations
@@ -26,6 +29,7 @@ from components.training.sft import SFTExample
 ARROW = "->"
 SEPARATORS = (";",)
 ROUTE_LEAD = "Route:"  # a route round's answer starts with it (components/synthesis/copy_task.py)
+FACT_LEAD = "Answer:"  # a fact round's answer starts with it (copy_task.FACT_LEAD)
 RECAP_CUE = "Recap:"  # a recap request starts with it (copy_task.RECAP)
 
 
@@ -61,21 +65,31 @@ def recap_positions(tokenizer, example: SFTExample) -> set[int]:
             if example.input_ids[i] != tokenizer.eos_token_id}
 
 
-def route_positions(tokenizer, example: SFTExample) -> set[int]:
-    """Indices of the city tokens of route answers: every token of a trained turn that starts `Route:`, except
-    that lead, the arrow and the end of turn (a recap that starts with a route is a recap)."""
+def lead_positions(tokenizer, example: SFTExample, lead: str) -> set[int]:
+    """Indices of the answer tokens of the trained turns that start with `lead`: every token after the lead, except
+    arrows and the end of turn (a recap that starts with such an answer is a recap)."""
     positions: set[int] = set()
     recaps = recap_spans(tokenizer, example)
     for span in trained_spans(example):
         if span in recaps:
             continue
-        lead = next((k for k in range(1, len(span) + 1)
-                     if tokenizer.decode([example.input_ids[i] for i in span[:k]]) == ROUTE_LEAD), None)
-        if lead is None:
+        end = next((k for k in range(1, len(span) + 1)
+                    if tokenizer.decode([example.input_ids[i] for i in span[:k]]) == lead), None)
+        if end is None:
             continue
-        positions |= {i for i in span[lead:]
+        positions |= {i for i in span[end:]
                       if _text(tokenizer, example.input_ids[i]) != ARROW and example.input_ids[i] != tokenizer.eos_token_id}
     return positions
+
+
+def route_positions(tokenizer, example: SFTExample) -> set[int]:
+    """Indices of the city tokens of route answers (trained turns that start `Route:`)."""
+    return lead_positions(tokenizer, example, ROUTE_LEAD)
+
+
+def fact_positions(tokenizer, example: SFTExample) -> set[int]:
+    """Indices of the value tokens of fact answers (trained turns that start `Answer:`)."""
+    return lead_positions(tokenizer, example, FACT_LEAD)
 
 
 def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
@@ -83,7 +97,8 @@ def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
     of the assistant turn (route answers are not look-up values: see `route_positions`)."""
     positions: set[int] = set()
     in_value = False
-    skipped = route_positions(tokenizer, example) | recap_positions(tokenizer, example)
+    skipped = (route_positions(tokenizer, example) | fact_positions(tokenizer, example)
+               | recap_positions(tokenizer, example))
     for index, (token_id, trained) in enumerate(zip(example.input_ids, example.mask)):
         if not trained or index in skipped:
             in_value = False
@@ -101,21 +116,19 @@ def lookup_value_positions(tokenizer, example: SFTExample) -> set[int]:
 
 
 def probe_examples(tokenizer, examples: list[SFTExample]) -> dict[str, list[SFTExample]]:
-    """{"sequential": ..., "lookup_value": ..., "route": ..., "recap": ...}: the same sequences, each masked to one
-    skill's tokens
-    (examples with none of a skill's tokens are left out of that skill)."""
-    probes: dict[str, list[SFTExample]] = {"sequential": [], "lookup_value": [], "route": [], "recap": []}
+    """{"sequential": ..., "lookup_value": ..., "route": ..., "fact": ..., "recap": ...}: the same sequences, each
+    masked to one skill's tokens (examples with none of a skill's tokens are left out of that skill)."""
+    probes: dict[str, list[SFTExample]] = {"sequential": [], "lookup_value": [], "route": [], "fact": [],
+                                           "recap": []}
     for example in examples:
-        values = lookup_value_positions(tokenizer, example)
-        routes = route_positions(tokenizer, example)
-        recaps = recap_positions(tokenizer, example)
-        lookup = [int(i in values) for i in range(len(example))]
-        route = [int(i in routes) for i in range(len(example))]
-        recap = [int(i in recaps) for i in range(len(example))]
-        sequential = [int(bool(m) and i not in values and i not in routes and i not in recaps)
-                      for i, m in enumerate(example.mask)]
-        for kind, mask in (("lookup_value", lookup), ("sequential", sequential), ("route", route), ("recap", recap)):
-            if any(mask):
+        skills = {"lookup_value": lookup_value_positions(tokenizer, example),
+                  "route": route_positions(tokenizer, example), "fact": fact_positions(tokenizer, example),
+                  "recap": recap_positions(tokenizer, example)}
+        claimed = set().union(*skills.values())
+        skills["sequential"] = {i for i, m in enumerate(example.mask) if m and i not in claimed}
+        for kind, positions in skills.items():
+            if positions:
+                mask = [int(i in positions) for i in range(len(example))]
                 probes[kind].append(SFTExample(input_ids=example.input_ids, mask=mask))
     return probes
 

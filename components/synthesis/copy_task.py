@@ -10,7 +10,10 @@ few rounds, each either
 - look up: `Pairs: Kabranta -> Lune Gardens; Merwa -> F0412; ... Look up: Merwa` -> `Merwa -> F0412`, or
 - route (a share `route_fraction` of all rounds): a travel request in the query synthesiser's phrasings, over
   coined cities, -> `Route: Gortu -> Palavi`: the origin and destination picked out by their cue words ("starting in",
-  "heading to"), the look-up an agent's first tool call makes,
+  "heading to"), the look-up an agent's first tool call makes, or
+- fact (a share `fact_fraction` of all rounds): three encyclopedia passages about fresh entities, shown as the
+  search tool shows them, and a question about one -> `Answer: Mirathal`: the look-up a QA episode makes (find the
+  sentence about the question's entity, copy its value),
 
 over freshly coined names (the travel world's syllables), flight-style ids and prices, so nothing can be memorised.
 The look-up round is the travel task's move: find the key in the context, copy what follows it. A share
@@ -40,6 +43,7 @@ class CopyTaskParams(Params):
     items: tuple[int, int] = (2, 6)
     repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
     route_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are travel-request routes
+    fact_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are encyclopedia look-ups (QA's move)
     recap_fraction: float = Field(0.0, ge=0, le=1)  # the share of records that end with a recap of every answer
     recap_rounds: tuple[int, int] = (10, 20)  # rounds before a recap (longer records: the copies are far back)
     warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None and no
@@ -106,12 +110,36 @@ def route_round(rng: random.Random) -> tuple[str, str]:
     return render_query_text(fields, rng), f"Route: {org} -> {dest}"
 
 
+FACT_LEAD = "Answer:"
+
+
+def fact_round(rng: random.Random, shown: int = 3) -> tuple[str, str]:
+    """(user text, assistant text): `shown` passages of a fresh little encyclopedia (the search tool's `Doc i(Title:
+    ...)` lines, in a random order) and a single-hop question whose answer is in one of them -> `Answer: <value>`.
+
+    The entities' names are coined afresh for every round, so the value can only be copied, never remembered."""
+    from components.evaluation.qa.corpus import build_passages, generate_entities, single_hop_questions
+    from components.evaluation.qa.retriever import format_passages
+
+    entities = generate_entities(num_people=3, num_towns=3, num_organisations=2, seed=rng.randrange(2**31))
+    passages = build_passages(entities)
+    question = rng.choice(single_hop_questions(entities, passages))
+    gold = int(question["gold_passages"][0])
+    others = rng.sample([i for i in range(len(passages)) if i != gold], shown - 1)
+    order = rng.sample([gold, *others], shown)
+    text = format_passages([passages[i].to_dict() for i in order])
+    return f"{text}\nQuestion: {question['question']}", f"{FACT_LEAD} {question['golden_answers'][0]}"
+
+
 def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: float = 0.4,
-               route_fraction: float = 0.0) -> tuple[str, str]:
-    """(user text, assistant text) of one round: a route (with probability `route_fraction`), else a repeat (with
-    probability `repeat_fraction`) or a look-up over fresh values."""
+               route_fraction: float = 0.0, fact_fraction: float = 0.0) -> tuple[str, str]:
+    """(user text, assistant text) of one round: a route (with probability `route_fraction`), a fact look-up (with
+    probability `fact_fraction`), else a repeat (with probability `repeat_fraction`) or a look-up over fresh values.
+    A kind whose share is 0 draws nothing from `rng`, so records without it are unchanged."""
     if route_fraction and rng.random() < route_fraction:
         return route_round(rng)
+    if fact_fraction and rng.random() < fact_fraction:
+        return fact_round(rng)
     n = rng.randint(*items)
     if rng.random() < repeat_fraction:
         values = _distinct(rng, n)
@@ -136,7 +164,8 @@ def copy_records(params: CopyTaskParams) -> list[dict]:
         recap = bool(params.recap_fraction) and rng.random() < params.recap_fraction
         answers = []
         for _ in range(rng.randint(*(params.recap_rounds if recap else params.rounds))):
-            user, assistant = copy_round(rng, params.items, params.repeat_fraction, params.route_fraction)
+            user, assistant = copy_round(rng, params.items, params.repeat_fraction, params.route_fraction,
+                                         params.fact_fraction)
             messages += [{"role": "user", "content": user, "train": False},
                          {"role": "assistant", "content": assistant, "train": True}]
             answers.append(assistant)

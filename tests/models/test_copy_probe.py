@@ -64,6 +64,20 @@ def test_a_route_answer_counts_its_two_cities_and_nothing_else(copy_tokenizer):
         == "Route: -><|im_end|>"
 
 
+def test_a_fact_answer_counts_its_value_and_nothing_else(copy_tokenizer):
+    from components.models.copy_probe import fact_positions
+
+    example = encode_record(copy_tokenizer, record(
+        "Doc 1(Title: Belthal Waash) Belthal Waash was born in Mirathal. The profession of Belthal Waash was chemist.\n"
+        "Question: Where was Belthal Waash born?", "Answer: Mirathal"))
+    facts = fact_positions(copy_tokenizer, example)
+    assert masked_text(copy_tokenizer, example, facts).strip() == "Mirathal"
+    probes = probe_examples(copy_tokenizer, [example])
+    assert len(probes["fact"]) == 1 and probes["lookup_value"] == [] and probes["route"] == []
+    assert masked_text(copy_tokenizer, example, [i for i, m in enumerate(probes["sequential"][0].mask) if m]) \
+        == "Answer:<|im_end|>"
+
+
 def test_the_three_probes_partition_the_trained_tokens_of_records_with_routes(copy_tokenizer):
     from components.models.copy_probe import route_positions
     from components.synthesis.copy_task import CopyTaskParams, copy_records

@@ -81,3 +81,27 @@ def test_a_recap_record_ends_with_every_answer_again_in_order():
         assert record["messages"][-1] == {"role": "assistant", "content": RECAP_SEPARATOR.join(answers), "train": True}
     assert copy_records(params.model_copy(update={"recap_fraction": 0.0})) == copy_records(
         CopyTaskParams(records=30, route_fraction=0.2, seed=6))  # no recaps: the same records as before recaps
+
+
+def test_a_fact_round_asks_about_one_of_its_passages_and_answers_with_a_value_written_there():
+    from components.synthesis.copy_task import fact_round
+
+    rng = random.Random(4)
+    for _ in range(30):
+        user, assistant = fact_round(rng)
+        docs, question = user.rsplit("\nQuestion: ", 1)
+        assert [line[:6] for line in docs.splitlines()] == ["Doc 1(", "Doc 2(", "Doc 3("]
+        value = assistant.removeprefix("Answer: ")
+        assert assistant.startswith("Answer: ") and value in docs and question.endswith("?")
+        # the question names one shown entity (a passage's title), and that passage holds the answer
+        about = [text for title, text in re.findall(r"Doc \d\(Title: (.+?)\) (.+)", docs) if title in question]
+        assert len(about) == 1 and value in about[0], (question, docs)
+
+
+def test_fact_rounds_are_a_share_of_the_rounds_and_leave_records_without_them_unchanged():
+    plain = copy_records(CopyTaskParams(records=30, seed=2))
+    assert copy_records(CopyTaskParams(records=30, seed=2, fact_fraction=0.0)) == plain
+    mixed = copy_records(CopyTaskParams(records=30, seed=2, fact_fraction=0.5))
+    answers = [m["content"] for r in mixed for m in r["messages"] if m["role"] == "assistant"]
+    share = sum(a.startswith("Answer: ") for a in answers) / len(answers)
+    assert 0.3 < share < 0.7
