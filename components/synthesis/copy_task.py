@@ -44,6 +44,7 @@ class CopyTaskParams(Params):
     repeat_fraction: float = Field(0.4, ge=0, le=1)  # the rest are look-ups
     route_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are travel-request routes
     fact_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are encyclopedia look-ups (QA's move)
+    fact_passages: int = Field(3, ge=1, le=8)  # passages a fact round shows (1: the value follows its entity)
     recap_fraction: float = Field(0.0, ge=0, le=1)  # the share of records that end with a recap of every answer
     recap_rounds: tuple[int, int] = (10, 20)  # rounds before a recap (longer records: the copies are far back)
     warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None and no
@@ -132,14 +133,14 @@ def fact_round(rng: random.Random, shown: int = 3) -> tuple[str, str]:
 
 
 def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: float = 0.4,
-               route_fraction: float = 0.0, fact_fraction: float = 0.0) -> tuple[str, str]:
+               route_fraction: float = 0.0, fact_fraction: float = 0.0, fact_passages: int = 3) -> tuple[str, str]:
     """(user text, assistant text) of one round: a route (with probability `route_fraction`), a fact look-up (with
     probability `fact_fraction`), else a repeat (with probability `repeat_fraction`) or a look-up over fresh values.
     A kind whose share is 0 draws nothing from `rng`, so records without it are unchanged."""
     if route_fraction and rng.random() < route_fraction:
         return route_round(rng)
     if fact_fraction and rng.random() < fact_fraction:
-        return fact_round(rng)
+        return fact_round(rng, fact_passages)
     n = rng.randint(*items)
     if rng.random() < repeat_fraction:
         values = _distinct(rng, n)
@@ -165,7 +166,7 @@ def copy_records(params: CopyTaskParams) -> list[dict]:
         answers = []
         for _ in range(rng.randint(*(params.recap_rounds if recap else params.rounds))):
             user, assistant = copy_round(rng, params.items, params.repeat_fraction, params.route_fraction,
-                                         params.fact_fraction)
+                                         params.fact_fraction, params.fact_passages)
             messages += [{"role": "user", "content": user, "train": False},
                          {"role": "assistant", "content": assistant, "train": True}]
             answers.append(assistant)

@@ -105,3 +105,14 @@ def test_fact_rounds_are_a_share_of_the_rounds_and_leave_records_without_them_un
     answers = [m["content"] for r in mixed for m in r["messages"] if m["role"] == "assistant"]
     share = sum(a.startswith("Answer: ") for a in answers) / len(answers)
     assert 0.3 < share < 0.7
+
+
+def test_a_one_passage_fact_round_shows_only_the_passage_that_answers():
+    from components.synthesis.copy_task import fact_round
+
+    rng = random.Random(8)
+    for _ in range(10):
+        user, assistant = fact_round(rng, shown=1)
+        docs, question = user.rsplit("\nQuestion: ", 1)
+        title = re.match(r"Doc 1\(Title: (.+?)\) ", docs).group(1)
+        assert docs.count("Doc ") == 1 and title in question and assistant.removeprefix("Answer: ") in docs
