@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 
 from components.synthesis.expert import SLIP_PATTERN, slip_name
+from components.travel.tools import CITY_HINT, city_hint, closest_cities
 from components.travel.synthetic import NAME_SYLLABLES
 
 _FLIGHT_NUMBER = re.compile(r"\bF(\d{3,8})\b")
@@ -32,13 +33,16 @@ def world_name_words(world) -> set[str]:
 class Renamer:
     """Renames the words of `names` (case kept: Word, word, WORD) and flight numbers in a record's texts."""
 
-    def __init__(self, names: set[str], seed: int = 0):
+    def __init__(self, names: set[str], seed: int = 0, cities: list[str] | tuple[str, ...] = ()):
+        """`names`: the words to rename (`world_name_words`); `cities`: the world's cities, needed to re-derive the
+        hint of an unknown-city error (`tools.closest_cities`) among the renamed cities."""
         if not names:
             raise ValueError("no names to rename: is the world empty?")
         ordered = sorted(names, key=lambda w: (-len(w), w))
         self._pattern = re.compile(r"\b(" + "|".join(map(re.escape, ordered)) + r")\b", re.IGNORECASE)
         self._taken = {name.lower() for name in names}
         self._seed = seed
+        self._cities = tuple(cities)
 
     def record(self, record: dict, index: int) -> dict:
         """A copy of the SFT `record` with every name and flight number replaced, consistently within it (the
@@ -53,9 +57,24 @@ class Renamer:
         substitute = self.keeping_slips(record["messages"], substitute)
         messages = [m if m["role"] == "system" else {**m, "content": substitute(m["content"])}
                     for m in record["messages"]]
+        if any(CITY_HINT.search(m["content"]) for m in messages):
+            messages = self.rehinted(messages, substitute)
         out = {k: v for k, v in record.items() if k not in ("prompt_ids", "response_ids", "response_mask")}
         out["messages"] = messages
         return out, substitute
+
+    def rehinted(self, messages: list[dict], substitute: Callable[[str], str]) -> list[dict]:
+        """The messages with every unknown-city hint derived again among the renamed cities (the closest names to a
+        renamed slip differ from the renamed closest names), so the record replays exactly in the renamed world."""
+        if not self._cities:
+            raise ValueError("a record with unknown-city hints needs Renamer(..., cities=world.cities)")
+        renamed_cities = [substitute(city) for city in self._cities]
+
+        def hint(match: re.Match) -> str:
+            return match.group(0)[: match.start("hint") - match.start(0)] + city_hint(
+                closest_cities(renamed_cities, match.group("city")))
+
+        return [{**m, "content": CITY_HINT.sub(hint, m["content"])} for m in messages]
 
     @staticmethod
     def keeping_slips(messages: list[dict], substitute: Callable[[str], str]) -> Callable[[str], str]:

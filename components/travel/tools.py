@@ -8,9 +8,11 @@ programmatic expert sees the world only through it).
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 from components.travel.world import World
@@ -133,7 +135,7 @@ def search_flight(world: World, departure: str, destination: str, date: str) -> 
         return ToolOutput(render_table(title, COLUMNS["SearchFlight"], rows), True, rows)
     for city in (departure, destination):
         if world.state_of(city) is None:
-            return _unknown_city("SearchFlight", city)
+            return _unknown_city(world, "SearchFlight", city)
     hint = ""
     dates = world.dates
     if dates and not dates[0] <= date <= dates[-1]:
@@ -151,7 +153,7 @@ def distance_matrix(world: World, departure: str, destination: str, mode: str) -
     if route is None or not route["valid"]:
         for city in (departure, destination):
             if world.state_of(city) is None:
-                return _unknown_city("GoogleDistanceMatrix", city)
+                return _unknown_city(world, "GoogleDistanceMatrix", city)
         why = "no route is known" if route is None or not route["duration"] else f"it takes {route['duration']}"
         return ToolOutput(
             f"No valid information. There is no {mode_key} route from {departure} to {destination} ({why}).", False)
@@ -167,7 +169,7 @@ def _city_listing(world: World, tool: str, city: str, rows: list[dict], noun: st
         title = f"{noun.capitalize()} in {city} ({len(rows)}):"
         return ToolOutput(render_table(title, COLUMNS[tool], rows), True, rows)
     if world.state_of(city) is None:
-        return _unknown_city(tool, city)
+        return _unknown_city(world, tool, city)
     return ToolOutput(f"There is no {noun.rstrip('s')} in {city}.", False)
 
 
@@ -226,10 +228,48 @@ def is_argument_error(observation: str) -> bool:
     return text.startswith(ARGUMENT_ERROR_PREFIXES) and "temporarily unavailable" not in text
 
 
-def _unknown_city(tool: str, city: str) -> ToolOutput:
-    return ToolOutput(
-        f"Unknown city '{city}' ({tool}). Use an exact city name; SearchCity(state) lists the cities of a state.",
-        False)
+HINT_CUTOFF = 0.5  # the least similarity (difflib ratio, case-insensitive) for a city to be suggested
+HINT_CITIES = 3  # at most this many cities in a hint
+
+
+def closest_cities(cities: Iterable[str], text: str, n: int = HINT_CITIES) -> list[str]:
+    """Up to `n` of `cities` (a world's city names) most like `text`, best first: cities whose name starts with it (a truncated
+    name, the commonest slip) before the rest, then by difflib ratio on lower case, then the shorter, then
+    alphabetical order. Cities below HINT_CUTOFF are left out unless they start with `text`. The order of `cities`
+    does not matter."""
+    wanted = text.strip().lower()
+    if not wanted:
+        return []
+    ranked = []
+    for city in cities:
+        lower = city.lower()
+        ratio = difflib.SequenceMatcher(None, wanted, lower, autojunk=False).ratio()
+        prefix = lower.startswith(wanted)
+        if prefix or ratio >= HINT_CUTOFF:
+            ranked.append((not prefix, -ratio, len(city), city))
+    return [city for *_, city in sorted(ranked)[:n]]
+
+
+def _unknown_city(world: World, tool: str, city: str) -> ToolOutput:
+    """The unknown-city error; over a world with `city_hints` it ends with the closest cities' exact names, so the
+    fix is in the observation itself (a small model recovers by copying from a few tokens back)."""
+    text = f"Unknown city '{city}' ({tool}). Use an exact city name; SearchCity(state) lists the cities of a state."
+    suggestions = closest_cities(world.cities, city) if getattr(world, "city_hints", False) else []
+    return ToolOutput(text + city_hint(suggestions), False)
+
+
+def city_hint(suggestions: list[str]) -> str:
+    """The hint that ends an unknown-city error ("" without suggestions); `CITY_HINT` reads it back."""
+    return f" Did you mean {or_list(suggestions)}?" if suggestions else ""
+
+
+# An unknown-city error with its hint: (the unknown name, the hint) (the renamer re-derives hints in a renamed world).
+CITY_HINT = re.compile(r"Unknown city '(?P<city>[^'\n]*)' \((?P<tool>\w+)\)\.(?P<rest>[^\n]*?)(?P<hint> Did you mean [^?\n]+\?)")
+
+
+def or_list(names: list[str]) -> str:
+    """"A", "A or B", "A, B or C"."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def check_arguments(name: str, arguments: Any) -> str | None:

@@ -465,6 +465,12 @@ class World:
         """The system prompt style of episodes over this world ("full" unless the manifest says otherwise)."""
         return str((self.manifest or {}).get("prompt_style") or "full")
 
+    @property
+    def city_hints(self) -> bool:
+        """Whether an unknown-city error names the closest city (`tools.closest_city`); off for worlds written
+        before the option existed, so their observations stay as they were."""
+        return bool((self.manifest or {}).get("city_hints", False))
+
 
 def table_sha256(path: str | Path) -> str:
     """sha256 of a Parquet file's content: column names, then each column's values and nulls.
@@ -502,10 +508,12 @@ def write_world(
     params: Mapping[str, Any] | None = None,
     holdout_states: list[str] | tuple[str, ...] = (),
     prompt_style: str = "full",
+    city_hints: bool = True,
 ) -> dict:
     """Write one Parquet file per table plus manifest.json; returns the manifest.
 
-    `prompt_style` ("full" | "compact") is the system prompt every episode over this world uses (`TravelEnv`)."""
+    `prompt_style` ("full" | "compact") is the system prompt every episode over this world uses (`TravelEnv`);
+    `city_hints`: an unknown-city tool error ends with "Did you mean <closest city>?" (`tools.closest_city`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     missing = [t for t in TABLES if t not in frames]
@@ -522,6 +530,7 @@ def write_world(
         "params": dict(params) if params is not None else None,
         "holdout_states": list(holdout_states),
         "prompt_style": prompt_style,
+        "city_hints": bool(city_hints),
         "tables": tables,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -55,7 +55,7 @@ def renamed_query(query, substitute):
 
 def test_a_renamed_record_replays_exactly_in_the_renamed_world_and_its_plan_passes(
         tiny_world, tiny_world_dir, sft_records, slipped_records):
-    renamer = Renamer(world_name_words(tiny_world), seed=7)
+    renamer = Renamer(world_name_words(tiny_world), seed=7, cities=tiny_world.cities)
     flying = [pair for pair in sft_records if "SearchFlight" in json.dumps(pair[0]["messages"])]
     slipped = [pair for pair in slipped_records if "Unknown city" in json.dumps(pair[0]["messages"])]
     assert slipped
@@ -106,7 +106,7 @@ def test_token_ids_are_dropped_because_the_text_changed(tiny_world, sft_records)
 
 
 def test_a_slipped_name_stays_the_same_slip_of_the_renamed_city(tiny_world, slipped_records):
-    renamer = Renamer(world_name_words(tiny_world), seed=3)
+    renamer = Renamer(world_name_words(tiny_world), seed=3, cities=tiny_world.cities)
     checked = 0
     for index, (record, _) in enumerate(slipped_records):
         renamed = renamer.record(record, index)
