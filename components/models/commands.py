@@ -121,14 +121,14 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
     """Train the tokenizer on every text of the pipeline (SFT and QA records), build the tiny Qwen2 model and
     pre-train it on the QA trajectories mixed with copy-task records (`model.pretrain_copy`; assistant-only loss);
     save it into `out`. Returns (summary, history)."""
-    from components.models.base import chat_texts, split_holdout, tokens_per_record
+    from components.models.base import split_holdout, tokenizer_texts, tokens_per_record
     from components.models.factory import build_tiny_model, count_parameters
     from components.models.tokenizer import build_tiny_tokenizer
     from components.synthesis.copy_task import copy_records as build_copy_records
     from components.travel.synthetic import NAME_SYLLABLES
     from components.training.sft import build_examples, evaluate_token_accuracy, run_sft
 
-    tokenizer = build_tiny_tokenizer(chat_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
+    tokenizer = build_tiny_tokenizer(tokenizer_texts([*corpus, *qa_records]), vocab_size=params.tokenizer.vocab_size,
                                      min_frequency=params.tokenizer.min_frequency,
                                      name_pieces=NAME_SYLLABLES if params.tokenizer.split_names else (),
                                      detach_name_prefix=params.tokenizer.detach_name_prefix)

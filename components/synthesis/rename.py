@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 
 from components.synthesis.expert import SLIP_PATTERN, slip_name
-from components.travel.tools import CITY_HINT, city_hint, closest_cities
+from components.travel.tools import CITY_HINT, UNKNOWN_CITY_LINE, city_hint, closest_cities, without_city_hints
 from components.travel.synthetic import NAME_SYLLABLES
 
 _FLIGHT_NUMBER = re.compile(r"\bF(\d{3,8})\b")
@@ -55,26 +55,29 @@ class Renamer:
         (a name the record did not mention gets a fresh word of its own), e.g. the world's tables in tests."""
         substitute = self.substitution(random.Random(f"{self._seed}:{index}"))
         substitute = self.keeping_slips(record["messages"], substitute)
-        messages = [m if m["role"] == "system" else {**m, "content": substitute(m["content"])}
+        # Hints are derived from the world's city names, not renamed: taken out here, derived again among the
+        # renamed cities below (the names closest to a renamed slip are not the renamed closest names).
+        hinted = [m["role"] != "system" and bool(CITY_HINT.search(m["content"])) for m in record["messages"]]
+        messages = [m if m["role"] == "system" else {**m, "content": substitute(without_city_hints(m["content"]))}
                     for m in record["messages"]]
-        if any(CITY_HINT.search(m["content"]) for m in messages):
-            messages = self.rehinted(messages, substitute)
+        if any(hinted):
+            messages = self.rehinted(messages, hinted, substitute)
         out = {k: v for k, v in record.items() if k not in ("prompt_ids", "response_ids", "response_mask")}
         out["messages"] = messages
         return out, substitute
 
-    def rehinted(self, messages: list[dict], substitute: Callable[[str], str]) -> list[dict]:
-        """The messages with every unknown-city hint derived again among the renamed cities (the closest names to a
-        renamed slip differ from the renamed closest names), so the record replays exactly in the renamed world."""
+    def rehinted(self, messages: list[dict], hinted: list[bool], substitute: Callable[[str], str]) -> list[dict]:
+        """The messages with the unknown-city errors of those `hinted` ending with the hint the renamed world gives
+        (`tools.closest_cities` among the renamed cities), so the record replays exactly in the renamed world."""
         if not self._cities:
             raise ValueError("a record with unknown-city hints needs Renamer(..., cities=world.cities)")
         renamed_cities = [substitute(city) for city in self._cities]
 
         def hint(match: re.Match) -> str:
-            return match.group(0)[: match.start("hint") - match.start(0)] + city_hint(
-                closest_cities(renamed_cities, match.group("city")))
+            return match.group(0) + city_hint(closest_cities(renamed_cities, match.group("city")))
 
-        return [{**m, "content": CITY_HINT.sub(hint, m["content"])} for m in messages]
+        return [{**m, "content": UNKNOWN_CITY_LINE.sub(hint, m["content"])} if flag else m
+                for m, flag in zip(messages, hinted)]
 
     @staticmethod
     def keeping_slips(messages: list[dict], substitute: Callable[[str], str]) -> Callable[[str], str]:

@@ -233,8 +233,8 @@ HINT_CITIES = 3  # at most this many cities in a hint
 
 
 def closest_cities(cities: Iterable[str], text: str, n: int = HINT_CITIES) -> list[str]:
-    """Up to `n` of `cities` (a world's city names) most like `text`, best first: cities whose name starts with it (a truncated
-    name, the commonest slip) before the rest, then by difflib ratio on lower case, then the shorter, then
+    """Up to `n` of `cities` (a world's city names) most like `text`, best first: cities whose name starts with it
+    (a truncated name, the commonest slip) before the rest, then by difflib ratio on lower case, then the shorter, then
     alphabetical order. Cities below HINT_CUTOFF are left out unless they start with `text`. The order of `cities`
     does not matter."""
     wanted = text.strip().lower()
@@ -263,8 +263,14 @@ def city_hint(suggestions: list[str]) -> str:
     return f" Did you mean {or_list(suggestions)}?" if suggestions else ""
 
 
-# An unknown-city error with its hint: (the unknown name, the hint) (the renamer re-derives hints in a renamed world).
-CITY_HINT = re.compile(r"Unknown city '(?P<city>[^'\n]*)' \((?P<tool>\w+)\)\.(?P<rest>[^\n]*?)(?P<hint> Did you mean [^?\n]+\?)")
+# The hint that ends an unknown-city error, and the error's line without it (the renamer derives hints anew).
+CITY_HINT = re.compile(r" Did you mean [^?\n]+\?")
+UNKNOWN_CITY_LINE = re.compile(r"Unknown city '(?P<city>[^'\n]*)' \((?P<tool>\w+)\)\.[^\n]*")
+
+
+def without_city_hints(text: str) -> str:
+    """`text` with every unknown-city hint taken out."""
+    return CITY_HINT.sub("", text)
 
 
 def or_list(names: list[str]) -> str:

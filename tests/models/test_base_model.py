@@ -168,3 +168,14 @@ def test_route_rounds_join_the_qa_mix_but_not_the_copy_warm_up(tmp_path, monkeyp
     summary, _ = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
     assert seen["copy warm-up"] == 0 and seen["pretrain"] > 0
     assert {"sequential", "route"} <= set(summary["copy_accuracy"])  # the probe of route answers
+
+
+def test_the_tokenizer_corpus_leaves_out_unknown_city_hints_and_nothing_else():
+    from components.models.base import chat_texts, tokenizer_texts
+
+    error = "Unknown city 'Pala' (SearchRestaurant). Use an exact city name; SearchCity(state) lists the cities of a state."
+    records = [{"messages": [{"role": "user", "content": "Trip from Palavi to Gortu."},
+                             {"role": "user", "content": f"<tool_response>\n{error} Did you mean Palavi or Palathal?\n"
+                                                         "</tool_response>"}]}]
+    assert list(tokenizer_texts(records)) == ["Trip from Palavi to Gortu.", f"<tool_response>\n{error}\n</tool_response>"]
+    assert len(list(chat_texts(records))) == 2
