@@ -131,7 +131,8 @@ def _renamed(records: list[dict], world_dir: Path, seed: int) -> list[dict]:
     if (world.manifest or {}).get("source", "synthetic") != "synthetic":
         raise UserError(f"filter.rename_entities renames the coined names of a synthetic world, but {world_dir} "
                         "was imported; set filter.rename_entities: false for real data")
-    renamer = Renamer(world_name_words(world), seed=seed, cities=world.cities)
+    renamer = Renamer(world_name_words(world), seed=seed, cities=world.cities,
+                      hint_cities=world.city_hints)
     return [renamer.record(record, i) for i, record in enumerate(records)]
 
 

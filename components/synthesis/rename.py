@@ -33,9 +33,9 @@ def world_name_words(world) -> set[str]:
 class Renamer:
     """Renames the words of `names` (case kept: Word, word, WORD) and flight numbers in a record's texts."""
 
-    def __init__(self, names: set[str], seed: int = 0, cities: list[str] | tuple[str, ...] = ()):
-        """`names`: the words to rename (`world_name_words`); `cities`: the world's cities, needed to re-derive the
-        hint of an unknown-city error (`tools.closest_cities`) among the renamed cities."""
+    def __init__(self, names: set[str], seed: int = 0, cities: list[str] | tuple[str, ...] = (), hint_cities: int = 0):
+        """`names`: the words to rename (`world_name_words`); `cities` and `hint_cities`: the world's cities and how
+        many an unknown-city error suggests (`World.city_hints`), to derive hints among the renamed cities."""
         if not names:
             raise ValueError("no names to rename: is the world empty?")
         ordered = sorted(names, key=lambda w: (-len(w), w))
@@ -43,6 +43,7 @@ class Renamer:
         self._taken = {name.lower() for name in names}
         self._seed = seed
         self._cities = tuple(cities)
+        self._hint_cities = hint_cities
 
     def record(self, record: dict, index: int) -> dict:
         """A copy of the SFT `record` with every name and flight number replaced, consistently within it (the
@@ -69,12 +70,13 @@ class Renamer:
     def rehinted(self, messages: list[dict], hinted: list[bool], substitute: Callable[[str], str]) -> list[dict]:
         """The messages with the unknown-city errors of those `hinted` ending with the hint the renamed world gives
         (`tools.closest_cities` among the renamed cities), so the record replays exactly in the renamed world."""
-        if not self._cities:
-            raise ValueError("a record with unknown-city hints needs Renamer(..., cities=world.cities)")
+        if not self._cities or not self._hint_cities:
+            raise ValueError("a record with unknown-city hints needs Renamer(..., cities=world.cities, "
+                             "hint_cities=world.city_hints)")
         renamed_cities = [substitute(city) for city in self._cities]
 
         def hint(match: re.Match) -> str:
-            return match.group(0) + city_hint(closest_cities(renamed_cities, match.group("city")))
+            return match.group(0) + city_hint(closest_cities(renamed_cities, match.group("city"), self._hint_cities))
 
         return [{**m, "content": UNKNOWN_CITY_LINE.sub(hint, m["content"])} if flag else m
                 for m, flag in zip(messages, hinted)]

@@ -50,7 +50,7 @@ class WorldParams(Params):
     source: str = "synthetic"  # "synthetic", or a path to a TravelPlanner database to import
     flights_from_ref_info: str | None = None  # when importing without the flights CSV
     prompt_style: Literal["full", "compact"] = "full"  # the episodes' system prompt (compact: the tiny preset)
-    city_hints: bool = True  # an unknown-city error ends with "Did you mean <closest city>?"
+    city_hints: int = Field(0, ge=0)  # an unknown-city error suggests this many closest cities ("Did you mean A?")
     seed: int = 0
     states: int = Field(6, ge=1)
     cities_per_state: tuple[int, int] = (4, 4)

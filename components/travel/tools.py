@@ -229,10 +229,9 @@ def is_argument_error(observation: str) -> bool:
 
 
 HINT_CUTOFF = 0.5  # the least similarity (difflib ratio, case-insensitive) for a city to be suggested
-HINT_CITIES = 3  # at most this many cities in a hint
 
 
-def closest_cities(cities: Iterable[str], text: str, n: int = HINT_CITIES) -> list[str]:
+def closest_cities(cities: Iterable[str], text: str, n: int = 3) -> list[str]:
     """Up to `n` of `cities` (a world's city names) most like `text`, best first: cities whose name starts with it
     (a truncated name, the commonest slip) before the rest, then by difflib ratio on lower case, then the shorter, then
     alphabetical order. Cities below HINT_CUTOFF are left out unless they start with `text`. The order of `cities`
@@ -251,10 +250,11 @@ def closest_cities(cities: Iterable[str], text: str, n: int = HINT_CITIES) -> li
 
 
 def _unknown_city(world: World, tool: str, city: str) -> ToolOutput:
-    """The unknown-city error; over a world with `city_hints` it ends with the closest cities' exact names, so the
-    fix is in the observation itself (a small model recovers by copying from a few tokens back)."""
+    """The unknown-city error; over a world with `city_hints` > 0 it ends with that many of the closest cities'
+    exact names, so the fix is in the observation itself (a recovery can copy it from a few tokens back)."""
     text = f"Unknown city '{city}' ({tool}). Use an exact city name; SearchCity(state) lists the cities of a state."
-    suggestions = closest_cities(world.cities, city) if getattr(world, "city_hints", False) else []
+    count = getattr(world, "city_hints", 0)
+    suggestions = closest_cities(world.cities, city, count) if count else []
     return ToolOutput(text + city_hint(suggestions), False)
 
 

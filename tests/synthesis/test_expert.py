@@ -101,7 +101,6 @@ def test_slipped_city_names_get_the_unknown_city_error_and_a_named_correction(ti
                 assert correction is not None, messages[i + 1]["content"]
                 assert correction.group(1) == wrong and slip_name(correction.group(2)) == wrong
                 assert f'"{correction.group(2)}"' in messages[i + 1]["content"]  # the call retried exactly
-                assert correction.group(2) in message["content"]  # the exact name was in the error's hint
                 recoveries += 1
     assert recoveries >= 20
     assert strict_pass(records) >= 0.9  # a slip costs a call, never the plan

@@ -202,14 +202,14 @@ def test_tiny_world_observations_are_short(tiny_world):
 
 
 # --- unknown-city hints ------------------------------------------------------------------------------------------
-def test_a_truncated_city_name_is_answered_with_the_city_it_truncates(tiny_world):
+def test_a_truncated_city_name_is_answered_with_the_city_it_truncates(hinted_world):
     from components.synthesis.expert import slip_name
 
-    city = tiny_world.cities[0]
-    out = call_tool(tiny_world, "SearchRestaurant", {"city": slip_name(city)})
-    assert not out.ok and out.text.startswith(f"Unknown city '{slip_name(city)}' (SearchRestaurant).")
-    hint = re.search(r"Did you mean ([^?]+)\?$", out.text).group(1)
-    assert city in re.split(r", | or ", hint)
+    for city in hinted_world.cities:
+        out = call_tool(hinted_world, "SearchRestaurant", {"city": slip_name(city)})
+        assert not out.ok and out.text.startswith(f"Unknown city '{slip_name(city)}' (SearchRestaurant).")
+        hint = re.search(r"Did you mean ([^?]+)\?$", out.text).group(1)
+        assert city in re.split(r", | or ", hint) and len(re.split(r", | or ", hint)) <= 3
 
 
 def test_closest_cities_put_names_that_start_with_the_text_first_and_ignore_order():
@@ -217,20 +217,13 @@ def test_closest_cities_put_names_that_start_with_the_text_first_and_ignore_orde
 
     cities = ["Palathal", "Lathal", "Palavi", "Gortu"]
     assert closest_cities(cities, "Pala") == ["Palavi", "Palathal"]  # prefix matches, the more similar first
+    assert closest_cities(cities, "Pala", n=1) == ["Palavi"]
     assert closest_cities(list(reversed(cities)), "Pala") == closest_cities(cities, "Pala")
     assert closest_cities(cities, "Gorto") == ["Gortu"]  # no prefix match: the similar ones only
     assert closest_cities(cities, "Xyzzy") == [] and closest_cities(cities, "  ") == []
 
 
-def test_a_world_written_without_city_hints_keeps_the_plain_error(tiny_world_dir, tmp_path):
-    import shutil
-
-    from components.travel.world import World
-
-    shutil.copytree(tiny_world_dir, tmp_path / "w")
-    manifest = json.loads((tmp_path / "w" / "manifest.json").read_text())
-    manifest.pop("city_hints")  # a world written before the option existed
-    (tmp_path / "w" / "manifest.json").write_text(json.dumps(manifest))
-    world = World.load(tmp_path / "w")
-    out = call_tool(world, "SearchAccommodation", {"city": world.cities[0][:-1]})
+def test_without_city_hints_the_error_is_the_plain_one(tiny_world):
+    assert tiny_world.city_hints == 0  # the default, and what a world written before the option reads as
+    out = call_tool(tiny_world, "SearchAccommodation", {"city": tiny_world.cities[0][:-1]})
     assert "Did you mean" not in out.text and out.text.endswith("lists the cities of a state.")
