@@ -20,13 +20,15 @@ def chat_texts(records: Iterable[dict]) -> Iterator[str]:
 
 
 def tokenizer_texts(records: Iterable[dict]) -> Iterator[str]:
-    """The tokenizer's training corpus: every message content, without the unknown-city hints. A hint repeats city
+    """The tokenizer's training corpus: every message content, without the unknown-city hints and the running-plan
+    ledgers (`filter.ledger`, the same text again). A hint repeats city
     names and a fixed phrase; leaving it out keeps the vocabulary the one measured before hints existed, so the
     tiny base (whose copy warm-up is a coin flip of the exact token ids) stays the measured one
     (docs/tiny_preset.md, session 9)."""
+    from components.synthesis.ledger import without_ledger
     from components.travel.tools import without_city_hints
 
-    return (without_city_hints(text) for text in chat_texts(records))
+    return (without_ledger(without_city_hints(text)) for text in chat_texts(records))
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -33,6 +33,7 @@ class FilterParams(Params):
     eval_fraction: float = Field(0.1, ge=0, lt=1)
     seed: int = 0
     rename_entities: bool = False  # fresh coined names per record (synthetic worlds; components/synthesis/rename.py)
+    ledger: bool = False  # every think restates the plan decided so far (components/synthesis/ledger.py)
 
 
 def estimate_counter(chars_per_token: float) -> Callable[[str], int]:
@@ -104,6 +105,16 @@ def sft_record(record: dict, tokens: int) -> dict:
     return out
 
 
+def ledgered(record: dict) -> dict:
+    """The trajectory with the running plan in its thinks (`ledger.with_ledger`); its token ids, which no longer
+    match the text, are dropped (SFT renders the messages)."""
+    from components.synthesis.ledger import with_ledger
+
+    out = {k: v for k, v in record.items() if k not in ("prompt_ids", "response_ids", "response_mask")}
+    out["messages"] = with_ledger(record["messages"], record.get("plan"))
+    return out
+
+
 def filter_trajectories(records: list[dict], params: FilterParams,
                         count: Callable[[str], int]) -> tuple[list[dict], dict]:
     """The kept SFT records and the statistics (kept/dropped by reason and by level)."""
@@ -111,6 +122,8 @@ def filter_trajectories(records: list[dict], params: FilterParams,
     dropped: Counter = Counter()
     by_level: dict[str, Counter] = {}
     for record in records:
+        if params.ledger and record.get("termination") == "answer":
+            record = ledgered(record)
         tokens = trajectory_tokens(record, count)
         reason = drop_reason(record, tokens, params)
         if reason is None:

@@ -1,0 +1,109 @@
+"""The running plan ("ledger") in an SFT record's thinks: every think restates the plan decided so far.
+
+A plan is written at the end of its episode, but its names were read hundreds of tokens earlier, and a small model
+trained from scratch does not copy from that far back (docs/tiny_preset.md, sessions 7-9: 32% per token from 300+
+tokens back, against ~90% from under 100). With `filter.ledger`, the sft_data stage starts each assistant think
+with the plan fields whose evidence the episode has already shown, in the plan's own order and words:
+
+    <think>Plan so far:
+    Day 1: current_city from Sava to Zorpel | transportation Self-driving, from Sava to Zorpel, duration: ... | ...
+    Day 2: current_city Zorpel | accommodation Heltorno Cottage, Zorpel
+    Day 3: current_city from Zorpel to Sava
+    I check ...</think>
+
+so every field is copied once from the observation just read, then carried forward think by think (a copy of the
+previous think's ledger, a few hundred tokens back, in order), and the answer copies the last ledger, which sits in
+its own turn. The annotation is made with hindsight (the record's final plan), so a field appears from the first
+think after the observation that shows it: a transport string after the route or flight search that returned it,
+a listing's "Name, City" after the search that listed it, a city as soon as the conversation has named it. Fields
+that are "-" are left out. The conversation's tool calls and observations are unchanged, so a record still
+replays exactly (and renames, components/synthesis/rename.py) as before.
+"""
+from __future__ import annotations
+
+import re
+
+LEDGER_LEAD = "Plan so far:"
+FIELD_SEPARATOR = " | "
+PLAN_KEYS = ("current_city", "transportation", "breakfast", "attraction", "lunch", "dinner", "accommodation")
+LEDGER_BLOCK = re.compile(re.escape(LEDGER_LEAD) + r"\n(?:Day \d+:[^\n]*\n)+")
+_THINK_OPEN = "<think>"
+_ROUTE = re.compile(r"^from (.+) to (.+)$")
+_FLIGHT = re.compile(r"Flight Number: (\S+?),")
+
+
+def named_entities(value: str) -> list[str]:
+    """The listing names of a "Name, City" field, or of an attraction field "Name, City;Name, City;"."""
+    names = []
+    for part in value.split(";"):
+        part = part.strip()
+        if part:
+            names.append(part.rsplit(", ", 1)[0] if ", " in part else part)
+    return names
+
+
+def _has_word(text: str, word: str) -> bool:
+    return re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", text) is not None
+
+
+def _lists_row(text: str, name: str) -> bool:
+    """Whether an observation lists a row whose first cell is `name`."""
+    return any(line.split("\t", 1)[0] == name for line in text.split("\n") if "\t" in line)
+
+
+def evidenced(key: str, value: str, seen: list[str]) -> bool:
+    """Whether the texts `seen` so far (the query and the observations) show what field `key` = `value` needs."""
+    if key == "current_city":
+        route = _ROUTE.match(value)
+        cities = list(route.groups()) if route else [value]
+        return all(any(_has_word(text, city) for text in seen) for city in cities)
+    if key == "transportation":
+        flight = _FLIGHT.search(value)
+        if flight:
+            return any(_has_word(text, flight.group(1)) for text in seen)
+        tail = value.lower()
+        return any(tail in text.lower() for text in seen)
+    return all(any(_lists_row(text, name) for text in seen) for name in named_entities(value))
+
+
+def ledger_text(plan: list[dict], seen: list[str], complete: bool = False) -> str:
+    """The ledger block for a think preceded by the texts `seen` ("" when no field is evidenced yet); `complete`
+    restates every field (the answer's turn)."""
+    lines = []
+    for number, day in enumerate(plan, start=1):
+        fields = []
+        for key in PLAN_KEYS:
+            value = " ".join(str(day.get(key, "-") or "-").split())  # one line per day, whatever the value
+            if value in ("", "-"):
+                continue
+            if complete or evidenced(key, value, seen):
+                fields.append(f"{key} {value}")
+        if fields:
+            label = day.get("days", day.get("day"))
+            lines.append(f"Day {label if isinstance(label, int) and label >= 0 else number}: "
+                         + FIELD_SEPARATOR.join(fields))
+    return f"{LEDGER_LEAD}\n" + "\n".join(lines) + "\n" if lines else ""
+
+
+def with_ledger(messages: list[dict], plan: list[dict] | None) -> list[dict]:
+    """The messages with every assistant think prefixed by the ledger of `plan` (the episode's final plan) as far
+    as the conversation before it shows; the answer's think gets the complete plan. Without a plan the messages
+    are returned as they are."""
+    if not plan:
+        return list(messages)
+    last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+    out, seen = [], []
+    for index, message in enumerate(messages):
+        content = message["content"]
+        if message["role"] == "assistant" and content.startswith(_THINK_OPEN):
+            block = ledger_text(plan, seen, complete=index == last_assistant)
+            message = {**message, "content": _THINK_OPEN + block + content[len(_THINK_OPEN):]}
+        elif message["role"] != "system":
+            seen.append(content)
+        out.append(message)
+    return out
+
+
+def without_ledger(text: str) -> str:
+    """`text` with every ledger block taken out (the tokenizer's corpus: the text as it was before ledgers)."""
+    return LEDGER_BLOCK.sub("", text)
