@@ -77,8 +77,9 @@ class SFTParams(Params):
     deepspeed: Literal["none", "zero2", "zero3"] = "none"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision (weights stay float32). GPU: auto = bf16 where supported. CPU: auto = "
-                            "float32; bfloat16 = bf16 autocast of the training forward/backward (about 1.4x the "
-                            "tokens/s on a CPU with AVX512-BF16; eval loss is still measured in float32)")
+                            "bf16 autocast of the training forward/backward where the CPU computes bf16 natively "
+                            "(AVX512-BF16 or AMX: about 1.4x the tokens/s of float32), float32 elsewhere (emulated "
+                            "bf16 measured 16x slower than float32 on an AVX2-only CPU); eval loss is float32")
     gradient_checkpointing: bool = False
     cpu_threads: int | None = Field(
         None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
@@ -331,6 +332,36 @@ def accumulate_gradients(model, examples: list[SFTExample], pad_id: int, micro_b
     return step_loss, step_tokens, seen
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16). Without it torch emulates bf16 matmuls,
+    which measured 16x slower than float32 on an AVX2-only CPU (docs/tiny_preset.md, session 11)."""
+    import torch
+
+    capabilities = getattr(torch.cpu, "get_capabilities", None)
+    if capabilities is not None:
+        found = capabilities()
+        return bool(found.get("avx512_bf16") or found.get("amx_bf16"))
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def cpu_compute_dtype(dtype: str, native_bf16: bool) -> str:
+    """The precision the CPU loop trains in for `dtype`: auto = bfloat16 where the CPU has native bf16, else float32.
+    An explicit choice is kept (bfloat16 without native support is slow: a warning says so)."""
+    if dtype == "auto":
+        return "bfloat16" if native_bf16 else "float32"
+    if dtype == "bfloat16" and not native_bf16:
+        import warnings
+
+        warnings.warn("sft dtype bfloat16 on a CPU without AVX512-BF16/AMX: torch emulates bf16, measured 16x slower "
+                      "than float32 on an AVX2 CPU; set dtype: auto (or float32) unless bit-identity with a bf16 run "
+                      "matters more than time", stacklevel=2)
+    return dtype
+
+
 def cpu_autocast(dtype: str, device):
     """The context the torch loop trains in: bf16 autocast on CPU when `dtype` is bfloat16, else a no-op.
 
@@ -357,6 +388,7 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     if params.cpu_threads:
         torch.set_num_threads(params.cpu_threads)
     device = next(model.parameters()).device
+    compute_dtype = cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
     pad_id = tokenizer.pad_token_id
     total_steps = plan_steps(len(train), params)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay,
@@ -377,7 +409,7 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
         lr = learning_rate_at(progress, params.learning_rate, params.warmup_ratio, params.lr_scheduler)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        with cpu_autocast(params.dtype, device):
+        with cpu_autocast(compute_dtype, device):
             step_loss, step_tokens, step_seen = accumulate_gradients(model, [train[i] for i in indices], pad_id,
                                                                      params.micro_batch_size)
         seen_tokens += step_seen
@@ -408,6 +440,7 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     bar.close()
     wall = time.perf_counter() - started
     result.summary = summarise(result.history, initial_eval, wall, seen_tokens, trained_tokens, total_steps, stopped)
+    result.summary["compute_dtype"] = compute_dtype
     model.eval()
     return result
 

@@ -3,6 +3,7 @@ run on a few records lowers the loss and leaves a checkpoint that reloads."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -10,8 +11,8 @@ import torch
 from components.agent import tokens
 from components.errors import UserError
 from components.training.sft import (
-    IGNORE_INDEX, SFTParams, accumulate_gradients, build_examples, collate, encode_record, evaluate_token_accuracy,
-    learning_rate_at, length_grouped_batches, masked_loss_sum, run_sft, training_progress,
+    IGNORE_INDEX, SFTParams, accumulate_gradients, build_examples, collate, cpu_compute_dtype, encode_record,
+    evaluate_token_accuracy, learning_rate_at, length_grouped_batches, masked_loss_sum, run_sft, training_progress,
 )
 
 CITIES = ["Ithaca", "Charlotte", "Denver", "Austin", "Boston", "Tucson", "Salem", "Reno"]
@@ -238,8 +239,10 @@ def test_bf16_autocast_on_cpu_trains_float32_weights_reproducibly(tokenizer, rec
     params = SFTParams(epochs=100, max_steps=8, learning_rate=3e-3, warmup_ratio=0.2, batch_size=4,
                        micro_batch_size=2, eval_every=4, backend="torch", dtype="bfloat16")
     models = [new_model(tokenizer) for _ in range(2)]
-    runs = [run_sft(model, tokenizer, train, held_out, params, tmp_path / f"bf16_{i}", progress=False)
-            for i, model in enumerate(models)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # emulated bf16 on a CPU without AVX512-BF16 warns that it is slow
+        runs = [run_sft(model, tokenizer, train, held_out, params, tmp_path / f"bf16_{i}", progress=False)
+                for i, model in enumerate(models)]
     fp32 = run_sft(new_model(tokenizer), tokenizer, train, held_out, params.model_copy(update={"dtype": "float32"}),
                    tmp_path / "fp32", progress=False)
     assert runs[0].summary["final_eval_loss"] < runs[0].summary["initial_eval_loss"] - 1.0
@@ -247,6 +250,15 @@ def test_bf16_autocast_on_cpu_trains_float32_weights_reproducibly(tokenizer, rec
     assert [r["train_loss"] for r in runs[0].history] != [r["train_loss"] for r in fp32.history]  # bf16 really ran
     assert (tmp_path / "bf16_0" / "model.safetensors").read_bytes() == (tmp_path / "bf16_1" / "model.safetensors").read_bytes()
     assert all(p.dtype == torch.float32 for p in models[0].parameters())
+    assert (runs[0].summary["compute_dtype"], fp32.summary["compute_dtype"]) == ("bfloat16", "float32")
+
+
+def test_auto_precision_on_cpu_is_bf16_only_where_the_cpu_computes_bf16_natively():
+    assert cpu_compute_dtype("auto", native_bf16=True) == "bfloat16"
+    assert cpu_compute_dtype("auto", native_bf16=False) == "float32"
+    assert cpu_compute_dtype("float32", native_bf16=True) == "float32"
+    with pytest.warns(UserWarning, match="emulates bf16"):
+        assert cpu_compute_dtype("bfloat16", native_bf16=False) == "bfloat16"
 
 
 def test_training_stops_at_the_first_eval_loss_that_reaches_the_target(tokenizer, records, tmp_path):
