@@ -48,7 +48,11 @@ class ExpertConfig:
     environment's unknown-city error, then a think naming the exact city and the corrected call. The filter never
     trains the slipped turn itself (components/synthesis/filter.py), only the recovery. `trip_header` starts every
     think with TRIP_HEADER (the query's origin and destination), so a small model that cannot copy from far back
-    finds the origin in the previous turn when it plans the way home."""
+    finds the origin in the previous turn when it plans the way home. `reading_order` fills meals and attractions
+    in the plan's reading order (day by day; breakfast, lunch, dinner) with the listings in the order the search
+    showed them, each slot taking the first row not yet used (required cuisines excepted), so every new entry of the
+    running plan copies the next row of the observation, where a small model cannot choose a row by its values.
+    With `world.listing_order: cheapest_first` the first rows are also the cheapest."""
 
     mistake_rate: float = 0.0
     max_routes: int = 30
@@ -58,6 +62,7 @@ class ExpertConfig:
     slip_rate: float = 0.0
     quote_rows: bool = False
     trip_header: bool = False
+    reading_order: bool = False
 
 
 @dataclass
@@ -321,7 +326,8 @@ class Expert:
         if not stays:
             raise Failure("city", f"no listing in {city} fits ({len(stays_all)} listed; room type, house rules "
                                   f"or minimum nights rule them out)", city)
-        choice = self.pick(stays, lambda r: stay_cost(r, q.people_number), frugal=False)
+        choice = (stays[0] if self.config.reading_order
+                  else self.pick(stays, lambda r: stay_cost(r, q.people_number), frugal=False))
         self.notes.append(self.quoted(
             f"{len(stays)} of {len(stays_all)} listings in {city} fit; I pick {choice['NAME']} "
             f"({money(choice['price'])}/night, {choice['room type']}, {rooms_needed(choice, q.people_number)} unit(s)).",
@@ -536,6 +542,9 @@ class Expert:
                 raise Failure("cuisine", f"no free meal on this route serves {cuisine}")
             slot = candidates[0][0]
             place(slot, self.pick([r for s, r in candidates if s == slot], lambda r: r["Average Cost"], frugal))
+        if self.config.reading_order:
+            self.fill_in_reading_order(slots, free_in, place, frugal)
+            return out
         for slot in [s for s in slots if s[3]]:
             free = free_in(slot[2])
             if not free:
@@ -548,8 +557,31 @@ class Expert:
                     place(slot, self.pick(free, lambda r: r["Average Cost"], frugal))
         return out
 
+    @staticmethod
+    def fill_in_reading_order(slots: list[tuple[int, str, str, bool]], free_in: Callable[[str], list[dict]],
+                              place: Callable[[tuple, dict], None], frugal: bool) -> None:
+        """`reading_order`: the open slots day by day and meal by meal (the optional travel-day meals too, unless
+        frugal), each given the first listed restaurant not yet used; a city that runs out leaves its optional
+        slots empty."""
+        meal_rank = {"breakfast": 0, "lunch": 1, "dinner": 2}
+        ordered = sorted(slots, key=lambda s: (s[0], meal_rank[s[1]]))
+        spare = {city: len(free_in(city)) - sum(1 for s in ordered if s[2] == city and s[3])
+                 for city in {s[2] for s in ordered}}
+        for slot in ordered:
+            if not slot[3]:
+                if frugal or spare[slot[2]] <= 0:
+                    continue  # optional meals only from restaurants the city's full days leave over
+                spare[slot[2]] -= 1
+            free = free_in(slot[2])
+            if not free:
+                raise Failure("city", f"{slot[2]} has too few distinct restaurants", slot[2])
+            place(slot, free[0])
+
     def assign_attractions(self, layout: list[dict], cities: dict[str, CityOptions]) -> dict[int, dict]:
-        """One attraction per full day, and one on the arrival day when the city has a spare one."""
+        """One attraction per full day, and one on the arrival day when the city has a spare one (`reading_order`:
+        the listings in the order shown, day by day; else a seeded shuffle, full days first)."""
+        if self.config.reading_order:
+            return self.attractions_in_reading_order(layout, cities)
         out: dict[int, dict] = {}
         order = {c: self.rng.sample(o.attractions, len(o.attractions)) for c, o in cities.items()}
         for number, day in enumerate(layout, start=1):
@@ -558,6 +590,25 @@ class Expert:
         for number, day in enumerate(layout, start=1):
             if day["leg"] and day["sleep"] and order.get(day["sleep"]):
                 out[number] = order[day["sleep"]].pop(0)
+        return out
+
+    @staticmethod
+    def attractions_in_reading_order(layout: list[dict], cities: dict[str, CityOptions]) -> dict[int, dict]:
+        """Day by day, the next listed attraction: every full day gets one; an arrival day gets one only when its
+        city has more attractions than full days."""
+        full_days = {c: sum(1 for day in layout if day["full"] == c) for c in cities}
+        spare = {c: len(o.attractions) - full_days[c] for c, o in cities.items()}
+        queue = {c: list(o.attractions) for c, o in cities.items()}
+        out: dict[int, dict] = {}
+        for number, day in enumerate(layout, start=1):
+            city = day["full"] or (day["sleep"] if day["leg"] else None)
+            if not city or city not in queue or not queue[city]:
+                continue
+            if not day["full"]:
+                if spare[city] <= 0:
+                    continue
+                spare[city] -= 1
+            out[number] = queue[city].pop(0)
         return out
 
     # -- deliberate mistakes ---------------------------------------------------------------------------------------

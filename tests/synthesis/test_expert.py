@@ -16,9 +16,9 @@ TRAIN_QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_querie
 
 
 def rollout(world, queries, mistake_rate=0.0, seed=0, failure_rate=0.0, slip_rate=0.0, quote_rows=False,
-            trip_header=False):
-    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed, slip_rate=slip_rate,
-                                       quote_rows=quote_rows, trip_header=trip_header))
+            trip_header=False, reading_order=False, shortlist=3):
+    policy = ExpertPolicy(ExpertConfig(mistake_rate=mistake_rate, seed=seed, slip_rate=slip_rate, shortlist=shortlist,
+                                       quote_rows=quote_rows, trip_header=trip_header, reading_order=reading_order))
     episodes = travel_episodes(world, queries, failure_rate=failure_rate, seed=seed)
     return run_episodes(episodes, policy, Limits(), evaluate=travel_evaluate(world), progress=False)
 
@@ -133,6 +133,49 @@ def test_with_the_trip_header_every_think_starts_with_the_query_route(tiny_world
         assert thinks and all(t.startswith(header) for t in thinks)
     assert [r["plan"] for r in records] == [r["plan"] for r in plain]  # the same search, other words
     assert strict_pass(records) >= 0.9
+
+
+def listed_names(messages: list[dict], title: str) -> list[str]:
+    """First cells of the rows of the observation whose title starts with `title` ("Restaurants in Lopa")."""
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "user" and f"\n{title} (" in content:
+            lines = content.split(f"\n{title} (", 1)[1].split("</tool_response>")[0].strip().split("\n")
+            return [line.split("\t", 1)[0] for line in lines[2:]]  # after the title's end and the header
+    return []
+
+
+def plan_names(plan: list[dict], field: str, city: str) -> list[str]:
+    """The names a plan gives `field` in `city`, in reading order (day by day)."""
+    names = []
+    for day in plan:
+        for entry in split_attractions(day.get(field, "-")) if field == "attraction" else [day.get(field, "-")]:
+            parsed = split_name_city(entry) if entry and entry != "-" else None
+            if parsed and parsed[1] == city:
+                names.append(parsed[0])
+    return names
+
+
+def test_in_reading_order_each_new_entry_is_the_next_listed_row(tiny_world, many_queries):
+    queries = [q for q in many_queries[:60] if not q.cuisine][:30]  # a required cuisine picks its row by value
+    records = rollout(tiny_world, queries, reading_order=True, shortlist=1, seed=1)
+    checked = 0
+    for record in records:
+        plan, messages = record["plan"], record["messages"]
+        for city in {c for day in plan for c in current_cities(day["current_city"])}:
+            restaurants = [n for day in plan for meal in ("breakfast", "lunch", "dinner")
+                           for n in plan_names([day], meal, city)]
+            listed = listed_names(messages, f"Restaurants in {city}")
+            if listed:
+                assert restaurants == listed[:len(restaurants)], (restaurants, listed)
+                checked += 1
+            attractions = plan_names(plan, "attraction", city)
+            listed = listed_names(messages, f"Attractions in {city}")
+            if listed:
+                assert attractions == listed[:len(attractions)], (attractions, listed)
+    assert checked >= 20
+    assert strict_pass(records) >= 0.85
+    assert [r["plan"] for r in records] != [r["plan"] for r in rollout(tiny_world, queries, shortlist=1, seed=1)]
 
 
 def test_slip_name_drops_the_last_syllable_of_a_coined_name():
