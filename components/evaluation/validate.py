@@ -126,9 +126,23 @@ def grounding_stats(records: list[dict]) -> dict:
     return {"mean": sum(values) / len(values) if values else None, "plans_with_entities": len(values)}
 
 
+def first_call_origin(queries: list, records: list[dict]) -> dict:
+    """How often the first tool call names the query's origin exactly, over the episodes whose first call has a
+    `departure` argument (a flight or route search): the one copy in an episode that picks a name out of the query
+    by its cue word ("departing from") rather than copying the text just before it (docs/tiny_preset.md, session 13).
+    `{"n", "exact"}`; exact is None when no episode made such a call."""
+    hits = []
+    for query, record in zip(queries, records):
+        first = next((t for t in record["turns"] if t["kind"] == "tool"), None)
+        arguments = first.get("arguments") if first else None
+        if isinstance(arguments, dict) and "departure" in arguments:
+            hits.append(str(arguments["departure"]).strip() == query.org)
+    return {"n": len(hits), "exact": sum(hits) / len(hits) if hits else None}
+
+
 def validation_metrics(queries: list, records: list[dict], evaluations: dict[str, list]) -> dict:
     """The validate stage's metrics file: `{"n", "strict", "official", "termination", "tool_calls", "by_level",
-    "grounding"}`."""
+    "grounding", "first_call_origin"}`."""
     return {
         "n": len(queries),
         **{mode: summarize_mode(queries, evaluations[mode]) for mode in MODES},
@@ -136,6 +150,7 @@ def validation_metrics(queries: list, records: list[dict], evaluations: dict[str
         "tool_calls": tool_call_stats(records),
         "by_level": by_level(records),
         "grounding": grounding_stats(records),
+        "first_call_origin": first_call_origin(queries, records),
     }
 
 

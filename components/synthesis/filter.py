@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.params import Params
 from components.travel.tools import is_argument_error
@@ -34,6 +34,14 @@ class FilterParams(Params):
     seed: int = 0
     rename_entities: bool = False  # fresh coined names per record (synthetic worlds; components/synthesis/rename.py)
     ledger: bool = False  # every think restates the plan decided so far (components/synthesis/ledger.py)
+    ledger_route: bool = False  # the ledger opens with `Route: origin -> destination` (the base's route-round form)
+
+    @model_validator(mode="after")
+    def _route_opens_a_ledger(self) -> "FilterParams":
+        if self.ledger_route and not self.ledger:
+            raise ValueError("filter.ledger_route opens each think's ledger with the route, but filter.ledger is "
+                             "false: set ledger: true, or ledger_route: false")
+        return self
 
 
 def estimate_counter(chars_per_token: float) -> Callable[[str], int]:
@@ -105,13 +113,13 @@ def sft_record(record: dict, tokens: int) -> dict:
     return out
 
 
-def ledgered(record: dict) -> dict:
+def ledgered(record: dict, route: bool = False) -> dict:
     """The trajectory with the running plan in its thinks (`ledger.with_ledger`); its token ids, which no longer
     match the text, are dropped (SFT renders the messages)."""
     from components.synthesis.ledger import with_ledger
 
     out = {k: v for k, v in record.items() if k not in ("prompt_ids", "response_ids", "response_mask")}
-    out["messages"] = with_ledger(record["messages"], record.get("plan"))
+    out["messages"] = with_ledger(record["messages"], record.get("plan"), route=route)
     return out
 
 
@@ -123,7 +131,7 @@ def filter_trajectories(records: list[dict], params: FilterParams,
     by_level: dict[str, Counter] = {}
     for record in records:
         if params.ledger and record.get("termination") == "answer":
-            record = ledgered(record)
+            record = ledgered(record, route=params.ledger_route)
         tokens = trajectory_tokens(record, count)
         reason = drop_reason(record, tokens, params)
         if reason is None:

@@ -18,15 +18,30 @@ think after the observation that shows it: a transport string after the route or
 a listing's "Name, City" after the search that listed it, a city as soon as the conversation has named it. Fields
 that are "-" are left out. The conversation's tool calls and observations are unchanged, so a record still
 replays exactly (and renames, components/synthesis/rename.py) as before.
+
+With `filter.ledger_route`, the block opens with the trip's route in the form of the copy task's route rounds
+(components/synthesis/copy_task.py), which the tiny base learned in pre-training:
+
+    <think>Route: Sava -> Zorpel
+    Plan so far:
+    ...
+
+Picking the origin out of the query by its cue word ("departing from", "starting in") is the one copy in an episode
+that is not a copy of the text just before it; the base does it in the route form (copy probe `route` 99.9%,
+session 13), while the ledger's `current_city from ... to ...` needed SFT to learn it anew and missed the origin's
+first syllable in 40 of 40 held-out episodes (docs/tiny_preset.md, session 13). The route names the first day's
+cities and joins the ledger when they are evidenced, like any field.
 """
 from __future__ import annotations
 
 import re
 
 LEDGER_LEAD = "Plan so far:"
+ROUTE_LEAD = "Route:"
 FIELD_SEPARATOR = " | "
 PLAN_KEYS = ("current_city", "transportation", "breakfast", "attraction", "lunch", "dinner", "accommodation")
-LEDGER_BLOCK = re.compile(re.escape(LEDGER_LEAD) + r"\n(?:Day \d+:[^\n]*\n)+")
+LEDGER_BLOCK = re.compile(r"(?:" + re.escape(ROUTE_LEAD) + r" [^\n]*\n)?" + re.escape(LEDGER_LEAD)
+                          + r"\n(?:Day \d+:[^\n]*\n)+")
 _THINK_OPEN = "<think>"
 _ROUTE = re.compile(r"^from (.+) to (.+)$")
 _FLIGHT = re.compile(r"Flight Number: (\S+?),")
@@ -66,9 +81,16 @@ def evidenced(key: str, value: str, seen: list[str]) -> bool:
     return all(any(_lists_row(text, name) for text in seen) for name in named_entities(value))
 
 
-def ledger_text(plan: list[dict], seen: list[str], complete: bool = False) -> str:
+def route_line(plan: list[dict]) -> str | None:
+    """`Route: origin -> destination` from the first day's `current_city` ("from A to B"), or None without one."""
+    route = _ROUTE.match(" ".join(str(plan[0].get("current_city", "")).split())) if plan else None
+    return f"{ROUTE_LEAD} {route.group(1)} -> {route.group(2)}" if route else None
+
+
+def ledger_text(plan: list[dict], seen: list[str], complete: bool = False, route: bool = False) -> str:
     """The ledger block for a think preceded by the texts `seen` ("" when no field is evidenced yet); `complete`
-    restates every field (the answer's turn)."""
+    restates every field (the answer's turn); `route` opens the block with `route_line` once its cities are
+    evidenced."""
     lines = []
     for number, day in enumerate(plan, start=1):
         fields = []
@@ -82,13 +104,18 @@ def ledger_text(plan: list[dict], seen: list[str], complete: bool = False) -> st
             label = day.get("days", day.get("day"))
             lines.append(f"Day {label if isinstance(label, int) and label >= 0 else number}: "
                          + FIELD_SEPARATOR.join(fields))
-    return f"{LEDGER_LEAD}\n" + "\n".join(lines) + "\n" if lines else ""
+    if not lines:
+        return ""
+    head = route_line(plan) if route else None
+    if head and not (complete or evidenced("current_city", plan[0]["current_city"], seen)):
+        head = None
+    return (f"{head}\n" if head else "") + f"{LEDGER_LEAD}\n" + "\n".join(lines) + "\n"
 
 
-def with_ledger(messages: list[dict], plan: list[dict] | None) -> list[dict]:
+def with_ledger(messages: list[dict], plan: list[dict] | None, route: bool = False) -> list[dict]:
     """The messages with every assistant think prefixed by the ledger of `plan` (the episode's final plan) as far
-    as the conversation before it shows; the answer's think gets the complete plan. Without a plan the messages
-    are returned as they are."""
+    as the conversation before it shows; the answer's think gets the complete plan; `route` opens each ledger with
+    the route line. Without a plan the messages are returned as they are."""
     if not plan:
         return list(messages)
     last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
@@ -96,7 +123,7 @@ def with_ledger(messages: list[dict], plan: list[dict] | None) -> list[dict]:
     for index, message in enumerate(messages):
         content = message["content"]
         if message["role"] == "assistant" and content.startswith(_THINK_OPEN):
-            block = ledger_text(plan, seen, complete=index == last_assistant)
+            block = ledger_text(plan, seen, complete=index == last_assistant, route=route)
             message = {**message, "content": _THINK_OPEN + block + content[len(_THINK_OPEN):]}
         elif message["role"] != "system":
             seen.append(content)

@@ -10,8 +10,8 @@ import pytest
 from components.agent.loop import Limits
 from components.agent.types import TurnResult
 from components.evaluation.validate import (
-    FormatterParams, LimitsParams, ProsePlanFormatter, ValidateParams, grounding, plan_entities, run_validation,
-    submission_lines, validate_checkpoint,
+    FormatterParams, LimitsParams, ProsePlanFormatter, ValidateParams, first_call_origin, grounding, plan_entities,
+    run_validation, submission_lines, validate_checkpoint,
 )
 from components.travel.queries import dump_queries
 
@@ -107,6 +107,22 @@ def test_grounding_counts_the_plan_entities_the_agent_read_in_an_observation():
     assert plan_entities(plan) == ["Cafe Rosa", "Invented Diner", "Blue House", "Old Mill", "Sky Tower", "F0123"]
     assert grounding(record) == pytest.approx(4 / 6)
     assert grounding({"plan": None, "messages": []}) is None
+
+
+def test_first_call_origin_counts_first_calls_whose_departure_is_the_query_origin_exactly(tiny_world, make_queries):
+    queries = make_queries(tiny_world, 4)
+
+    def record(*turns):
+        return {"turns": [{"kind": kind, "tool": None, "arguments": arguments} for kind, arguments in turns]}
+    records = [
+        record(("tool", {"departure": queries[0].org, "destination": "X", "date": "2022-03-01"})),
+        record(("protocol_error", None), ("tool", {"departure": "Corlavi", "destination": "X"})),  # one syllable off
+        record(("tool", {"city": queries[2].org}), ("tool", {"departure": queries[2].org})),  # first call: no departure
+        record(),  # no tool call at all
+    ]
+
+    assert first_call_origin(queries, records) == {"n": 2, "exact": 0.5}
+    assert first_call_origin(queries[:1], [record()]) == {"n": 0, "exact": None}
 
 
 def test_neither_an_answer_that_is_no_plan_nor_no_answer_is_delivered(tiny_world, make_queries):

@@ -56,6 +56,28 @@ def test_each_field_joins_the_ledger_right_after_the_observation_that_shows_it()
                       "done")
 
 
+def test_the_route_opens_every_ledger_in_the_form_of_the_copy_tasks_route_rounds():
+    first, after_route, *_, answer = thinks(with_ledger(episode(ROUTE, STAYS), PLAN, route=True))
+
+    assert first.startswith("Route: Sava -> Zorpel\nPlan so far:\nDay 1: current_city from Sava to Zorpel\n")
+    assert after_route.startswith("Route: Sava -> Zorpel\nPlan so far:\n")
+    assert answer.startswith("Route: Sava -> Zorpel\nPlan so far:\n")
+    assert [without_ledger(t) for t in (first, answer)] == ["call 0", "done"]  # the tokenizer's corpus is unchanged
+
+
+def test_the_route_waits_for_its_cities_to_be_named_and_needs_the_ledger():
+    unnamed = [{"role": "system", "content": "sys"}, {"role": "user", "content": "A 2-day trip."},
+               {"role": "assistant", "content": "<think>call</think><tool_call>{}</tool_call>"},
+               {"role": "user", "content": "<tool_response>\nno results\n</tool_response>"},
+               {"role": "assistant", "content": "<think>done</think><answer>[]</answer>"}]
+    first = with_ledger(unnamed, PLAN, route=True)[2]["content"]
+    assert first == unnamed[2]["content"]  # nothing evidenced yet: no ledger, no route
+    assert ledger_text([{"days": 1, "current_city": "Zorpel"}], [QUERY], route=True) == (
+        "Plan so far:\nDay 1: current_city Zorpel\n")  # no "from A to B" on day 1: no route line
+    with pytest.raises(ValueError, match="set ledger: true"):
+        FilterParams(ledger_route=True)
+
+
 def test_the_answer_restates_the_whole_plan_even_when_an_observation_is_missing():
     *_, answer = thinks(with_ledger(episode(ROUTE), PLAN))  # no listing was shown: only the answer has them
     assert "Droga Tower, Zorpel;" in answer and "Heltorno Cottage" in answer
