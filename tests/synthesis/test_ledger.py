@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from components.models.base import tokenizer_texts
 from components.synthesis.filter import FilterParams, estimate_counter, filter_trajectories
-from components.synthesis.ledger import LEDGER_BLOCK, LEDGER_LEAD, ledger_text, with_ledger, without_ledger
+from components.synthesis.ledger import (LEDGER_BLOCK, LEDGER_LEAD, ROUTE_LEAD, ledger_text, with_ledger,
+                                         without_ledger)
 from components.synthesis.rename import Renamer, world_name_words
 from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
 from components.synthesis.expert import ExpertConfig, ExpertPolicy
@@ -94,14 +95,14 @@ def test_no_plan_no_ledger_and_taking_it_out_gives_the_original_text():
 @given(plan=st.lists(st.dictionaries(st.sampled_from(["days", "current_city", "transportation", "breakfast",
                                                       "attraction", "dinner", "accommodation", "junk"]),
                                      st.one_of(st.text(max_size=30), st.integers(), st.none())), max_size=4),
-       observations=st.lists(st.text(max_size=60), max_size=4))
-def test_any_plan_and_conversation_get_a_removable_ledger_and_nothing_else_changes(plan, observations):
+       observations=st.lists(st.text(max_size=60), max_size=4), route=st.booleans())
+def test_any_plan_and_conversation_get_a_removable_ledger_and_nothing_else_changes(plan, observations, route):
     messages = episode(*observations)
-    annotated = with_ledger(messages, plan)
+    annotated = with_ledger(messages, plan, route=route)
     assert len(annotated) == len(messages)
     assert [without_ledger(m["content"]) for m in annotated] == [m["content"] for m in messages]
     for block in (LEDGER_BLOCK.search(m["content"]) for m in annotated if m["role"] == "assistant"):
-        assert block is None or block.group(0).startswith(LEDGER_LEAD)
+        assert block is None or block.group(0).startswith((ROUTE_LEAD, LEDGER_LEAD) if route else LEDGER_LEAD)
 
 
 @pytest.fixture(scope="module")
