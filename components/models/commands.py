@@ -142,11 +142,12 @@ def build_tiny_base(params, corpus: list[dict], qa_records: list[dict], out: Pat
         )
 
     model = fresh_model(params.seed)
-    # The QA mix's copy records hold route and fact rounds (`route_fraction`, `fact_fraction`); the warm-up's records
-    # are drawn without them, so the warm-up (and its restart check) does not depend on those shares.
+    # The QA mix's copy records hold route and fact rounds and observation-form values (`route_fraction`,
+    # `fact_fraction`, `observation_values`); the warm-up's records are drawn without them, so the warm-up (and its
+    # restart check) does not depend on those shares.
     copy_records = build_copy_records(params.pretrain_copy)
-    warmup_records = build_copy_records(params.pretrain_copy.model_copy(update={"route_fraction": 0.0,
-                                                                                "fact_fraction": 0.0}))
+    warmup_records = build_copy_records(params.pretrain_copy.model_copy(update={
+        "route_fraction": 0.0, "fact_fraction": 0.0, "observation_values": 0.0}))
     train_records, held_out = split_holdout(qa_records, params.pretrain_eval_fraction, params.seed)
     copy_train, copy_held_out = split_holdout(copy_records, params.pretrain_eval_fraction, params.seed)
     warmup_train, warmup_held_out = split_holdout(warmup_records, params.pretrain_eval_fraction, params.seed)

@@ -28,7 +28,7 @@ from typing import Literal
 from pydantic import Field
 
 from components.params import Params
-from components.travel.synthetic import _ATTRACTION_KINDS, _RESTAURANT_KINDS, NAME_SYLLABLES
+from components.travel.synthetic import _ATTRACTION_KINDS, _LISTING_KINDS, _RESTAURANT_KINDS, NAME_SYLLABLES
 
 SYSTEM = "You copy names, ids and numbers exactly as they are written."
 RECAP = "Recap: repeat every answer you gave above, in order."
@@ -45,6 +45,9 @@ class CopyTaskParams(Params):
     route_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are travel-request routes
     fact_fraction: float = Field(0.0, ge=0, le=1)  # the share of rounds that are encyclopedia look-ups (QA's move)
     fact_passages: int = Field(3, ge=1, le=8)  # passages a fact round shows (1: the value follows its entity)
+    # The share of values drawn in the tool observations' own forms ("6 hours 23 mins", "521 km", "955", "13:51",
+    # "Kawadro Inn"): the tokens a ledger copies out of an observation, which the other values never contain.
+    observation_values: float = Field(0.0, ge=0, le=1)
     recap_fraction: float = Field(0.0, ge=0, le=1)  # the share of records that end with a recap of every answer
     recap_rounds: tuple[int, int] = (10, 20)  # rounds before a recap (longer records: the copies are far back)
     warmup_minutes: float | None = Field(None, gt=0)  # copy-only training before the QA mix (None and no
@@ -65,8 +68,33 @@ class CopyTaskParams(Params):
     seed: int = 0
 
 
-def coined_value(rng: random.Random) -> str:
-    """A fresh name ("Kabranta", "Helcano Gardens"), a flight-style id ("F0412") or a price ("$318")."""
+def observation_value(rng: random.Random) -> str:
+    """A fresh value in a tool observation's form: a drive's duration ("6 hours 23 mins") or distance ("521 km"),
+    a bare number (a cost, a price, "955"), a clock time ("13:51") or a listing's name with its kind ("Kawadro Inn").
+
+    A copying circuit only copies the tokens it was trained to copy: a base warmed up on names, ids and "$318" prices
+    predicted " 22" for every duration (its SFT checkpoint copied the hour of a drive 0% of the time, from an
+    observation or from its own ledger one turn back; docs/tiny_preset.md, session 15)."""
+    kind = rng.random()
+    if kind < 0.25:
+        hours = rng.randint(0, 30)
+        minutes = f"{rng.randint(1, 59)} mins"
+        return f"{hours} hours {minutes}" if hours else minutes
+    if kind < 0.4:
+        return f"{rng.randint(5, 3000):,} km"
+    if kind < 0.7:
+        return str(rng.randint(1, 2000))
+    if kind < 0.8:
+        return f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}"
+    return f"{coined_name(rng)} {rng.choice(_LISTING_KINDS)}"
+
+
+def coined_value(rng: random.Random, observation_share: float = 0.0) -> str:
+    """A fresh name ("Kabranta", "Helcano Gardens"), a flight-style id ("F0412") or a price ("$318"); with
+    probability `observation_share` a value in an observation's form instead (`observation_value`). A share of 0
+    draws nothing more from `rng`, so records without it are unchanged."""
+    if observation_share and rng.random() < observation_share:
+        return observation_value(rng)
     kind = rng.random()
     if kind < 0.6:
         name = coined_name(rng)
@@ -78,10 +106,10 @@ def coined_value(rng: random.Random) -> str:
     return f"${rng.randint(10, 2000)}"
 
 
-def _distinct(rng: random.Random, count: int) -> list[str]:
+def _distinct(rng: random.Random, count: int, observation_share: float = 0.0) -> list[str]:
     values: list[str] = []
     while len(values) < count:
-        value = coined_value(rng)
+        value = coined_value(rng, observation_share)
         if value not in values:
             values.append(value)
     return values
@@ -133,7 +161,8 @@ def fact_round(rng: random.Random, shown: int = 3) -> tuple[str, str]:
 
 
 def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: float = 0.4,
-               route_fraction: float = 0.0, fact_fraction: float = 0.0, fact_passages: int = 3) -> tuple[str, str]:
+               route_fraction: float = 0.0, fact_fraction: float = 0.0, fact_passages: int = 3,
+               observation_values: float = 0.0) -> tuple[str, str]:
     """(user text, assistant text) of one round: a route (with probability `route_fraction`), a fact look-up (with
     probability `fact_fraction`), else a repeat (with probability `repeat_fraction`) or a look-up over fresh values.
     A kind whose share is 0 draws nothing from `rng`, so records without it are unchanged."""
@@ -143,9 +172,9 @@ def copy_round(rng: random.Random, items: tuple[int, int], repeat_fraction: floa
         return fact_round(rng, fact_passages)
     n = rng.randint(*items)
     if rng.random() < repeat_fraction:
-        values = _distinct(rng, n)
+        values = _distinct(rng, n, observation_values)
         return "Repeat: " + ", ".join(values), ", ".join(values)
-    keys, values = _distinct(rng, n), [coined_value(rng) for _ in range(n)]
+    keys, values = _distinct(rng, n), [coined_value(rng, observation_values) for _ in range(n)]
     asked = rng.sample(range(n), rng.randint(1, min(2, n)))
     pairs = "; ".join(f"{k} -> {v}" for k, v in zip(keys, values))
     question = "Look up: " + ", ".join(keys[i] for i in asked)
@@ -166,7 +195,7 @@ def copy_records(params: CopyTaskParams) -> list[dict]:
         answers = []
         for _ in range(rng.randint(*(params.recap_rounds if recap else params.rounds))):
             user, assistant = copy_round(rng, params.items, params.repeat_fraction, params.route_fraction,
-                                         params.fact_fraction, params.fact_passages)
+                                         params.fact_fraction, params.fact_passages, params.observation_values)
             messages += [{"role": "user", "content": user, "train": False},
                          {"role": "assistant", "content": assistant, "train": True}]
             answers.append(assistant)

@@ -116,3 +116,17 @@ def test_a_one_passage_fact_round_shows_only_the_passage_that_answers():
         docs, question = user.rsplit("\nQuestion: ", 1)
         title = re.match(r"Doc 1\(Title: (.+?)\) ", docs).group(1)
         assert docs.count("Doc ") == 1 and title in question and assistant.removeprefix("Answer: ") in docs
+
+
+def test_observation_values_are_a_share_of_the_values_and_leave_records_without_them_unchanged():
+    plain = CopyTaskParams(records=40, items=(6, 8), repeat_fraction=1.0, seed=5)
+    assert copy_records(plain.model_copy(update={"observation_values": 0.0})) == copy_records(plain)
+    mixed = copy_records(plain.model_copy(update={"observation_values": 0.5}))
+    values = [v for r in mixed for m in r["messages"][1::2] for v in m["content"][len("Repeat: "):].split(", ")]
+    observed = re.compile(r"(\d+ hours )?\d+ mins|[\d,]+ km|\d+|\d\d:\d\d|[A-Z][a-z]+ [A-Z][a-z]+")
+    share = sum(bool(observed.fullmatch(v)) for v in values) / len(values)
+    assert 0.4 < share < 0.75  # half drawn in an observation's form, plus the plain names that carry a kind
+    assert {"mins", "km", ":"} <= {kind for v in values for kind in ("mins", "km", ":") if kind in v}
+    for record in mixed:  # still verbatim copies
+        for user, assistant in zip(record["messages"][1::2], record["messages"][2::2]):
+            assert assistant["content"] == user["content"][len("Repeat: "):]
