@@ -50,6 +50,13 @@ class ModelParams(Params):
     pretrain_copy: CopyTaskParams = CopyTaskParams()  # copy-task records mixed into the QA pre-training (tiny only)
 
     @model_validator(mode="after")
+    def _no_replay_in_pretraining(self) -> "ModelParams":
+        if self.pretrain.copy_replay is not None:
+            raise ValueError("model.pretrain.copy_replay is for the sft stage (params/sft.yaml); the tiny base's "
+                             "copy records are model.pretrain_copy")
+        return self
+
+    @model_validator(mode="after")
     def _pretrained_needs_a_source(self) -> "ModelParams":
         if self.kind == "pretrained" and not self.name_or_path:
             raise ValueError("kind: pretrained needs name_or_path (a local checkpoint directory or a Hub name "

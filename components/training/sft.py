@@ -28,6 +28,7 @@ from components.agent import tokens as tok
 from components.errors import UserError
 from components.jsonl import iter_jsonl
 from components.params import Params
+from components.synthesis.copy_task import CopyTaskParams
 
 IGNORE_INDEX = -100
 DEEPSPEED_CONFIGS = {"zero2": "ds_zero2.json", "zero3": "ds_zero3.json"}
@@ -86,6 +87,11 @@ class SFTParams(Params):
     copy_probe_examples: int = Field(
         64, ge=0, description="held-out examples on which the sft stage measures copying by distance "
                               "(metrics/sft.json copy_accuracy_by_distance; 0: skip)")
+    copy_replay: CopyTaskParams | None = Field(
+        None, description="copy-task records (`model.pretrain_copy`'s keys; `records` of them, drawn with their own "
+                          "`seed`) trained alongside the SFT records, so the base's in-context copying is not "
+                          "forgotten (tiny: the SFT checkpoint copied 21% of a copy probe its base copied 97% of; "
+                          "docs/tiny_preset.md, session 16). null: none")
 
 
 @dataclass(frozen=True)

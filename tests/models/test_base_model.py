@@ -179,3 +179,10 @@ def test_the_tokenizer_corpus_leaves_out_unknown_city_hints_and_nothing_else():
                                                          "</tool_response>"}]}]
     assert list(tokenizer_texts(records)) == ["Trip from Palavi to Gortu.", f"<tool_response>\n{error}\n</tool_response>"]
     assert len(list(chat_texts(records))) == 2
+
+
+def test_copy_replay_belongs_to_the_sft_stage_not_the_base_pretraining():
+    from components.models.params import ModelParams
+
+    with pytest.raises(ValueError, match="model.pretrain_copy"):
+        ModelParams(pretrain={"copy_replay": {"records": 10}})

@@ -47,7 +47,8 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
         "  architecture: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}\n"
         "  pretrain: {max_steps: 5, batch_size: 4, cpu_threads: 1}\n")
     (tmp_path / "params/sft.yaml").write_text(
-        "sft:\n  max_steps: 10\n  batch_size: 4\n  learning_rate: 0.005\n  eval_every: 5\n  cpu_threads: 1\n")
+        "sft:\n  max_steps: 10\n  batch_size: 4\n  learning_rate: 0.005\n  eval_every: 5\n  cpu_threads: 1\n"
+        "  copy_replay: {records: 6, rounds: [1, 2], items: [2, 3], seed: 3}\n")
 
     assert main(["base-model", "--params", "params/model.yaml", "--corpus", "data/sft", "--qa", "data/qa",
                  "--out", "models/base"]) == 0
@@ -55,7 +56,11 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
                  "--out", "models/sft"]) == 0
 
     metrics = json.loads((tmp_path / "metrics/sft.json").read_text())
-    assert metrics["steps"] == 10 and metrics["train_examples"] == 24 and metrics["eval_examples"] == 4
+    # The six copy-replay records train beside the 24 SFT records; the eval set stays the SFT's own.
+    assert metrics["steps"] == 10 and metrics["train_examples"] == 30 and metrics["eval_examples"] == 4
+    assert metrics["train_records"] == 24 and metrics["copy_replay_examples"] == 6
+    assert set(metrics["copy_replay_probe"]) <= {"sequential", "lookup_key", "lookup_value", "route", "fact", "recap"}
+    assert all(0 <= value <= 1 for value in metrics["copy_replay_probe"].values())
     assert metrics["final_eval_loss"] < metrics["initial_eval_loss"]
     rows = list(csv.DictReader((tmp_path / "plots/sft/loss.csv").open()))
     assert [int(r["step"]) for r in rows] == list(range(1, 11))
