@@ -87,10 +87,12 @@ def people_for(level: str, rng: random.Random) -> int:
 
 
 def sample_skeleton(world: Any, pool: CityPool, level: str, rng: random.Random, days_choices: tuple[int, ...],
-                    drive_only: bool = False) -> dict | None:
+                    drive_only: bool = False, same_state_fraction: float | None = None) -> dict | None:
     """One skeleton (every official field but budget and text), or None when this draw has no valid destination.
 
     `drive_only` restricts the destination to cities reachable by road but by no flight on the first day.
+    `same_state_fraction` (one-city trips): the chance that the destination is drawn from the origin's own state,
+    else from the other states (None: from every other city of the pool, drawing nothing more from `rng`).
     """
     org = rng.choice(pool.cities)
     days = rng.choice(days_choices)
@@ -100,6 +102,9 @@ def sample_skeleton(world: Any, pool: CityPool, level: str, rng: random.Random, 
         return None
     if visiting == 1:
         candidates = [c for c in pool.cities if c != org]
+        if same_state_fraction is not None:
+            same = rng.random() < same_state_fraction
+            candidates = [c for c in candidates if (pool.state_of[c] == pool.state_of[org]) == same]
         if drive_only:
             candidates = [c for c in candidates if _drive_only(world, org, c, dates[0])]
         if not candidates:

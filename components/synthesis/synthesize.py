@@ -63,6 +63,10 @@ class QueriesParams(Params):
     days: tuple[int, ...] = (3, 5, 7)
     seed: int = 0
     drive_only_fraction: float = Field(0.1, ge=0, le=1)
+    # The share of one-city trips whose destination is in the origin's own state (short drives: "33 mins, 41 km").
+    # None: the destination is any other city of the pool, so the share is whatever the pool gives (tiny: 3% of the
+    # training pool's destinations, 25% of the 3-state validation pool's; docs/tiny_preset.md, session 16).
+    same_state_fraction: float | None = Field(None, ge=0, le=1)
     min_flights_each_way: int = Field(3, ge=1)
     max_attempts_per_query: int = Field(300, ge=1)
     max_routes: int = Field(30, ge=1)
@@ -122,7 +126,8 @@ class QuerySampler:
         for _ in range(self.params.max_attempts_per_query):
             self.attempts += 1
             drive_only = self.rng.random() < self.params.drive_only_fraction
-            skeleton = sample_skeleton(self.world, pool, level, self.rng, days, drive_only)
+            skeleton = sample_skeleton(self.world, pool, level, self.rng, days, drive_only,
+                                       self.params.same_state_fraction)
             if skeleton is None:
                 self.rejected["no_destination"] += 1
                 continue

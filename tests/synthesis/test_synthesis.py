@@ -4,7 +4,7 @@ import json
 import random
 
 from components.synthesis.expert import ExpertConfig, solve_with_tools
-from components.synthesis.skeleton import budget_for, sample_constraints
+from components.synthesis.skeleton import budget_for, city_pool, sample_constraints, sample_skeleton
 from components.synthesis.synthesize import level_counts, signature
 from components.synthesis.text import back_translate, render_query_text, spoken_date
 from components.travel.evaluator import evaluate_plan
@@ -97,3 +97,18 @@ def test_llm_back_translation_is_few_shot_and_falls_back_on_an_empty_reply(tiny_
     messages = server.requests[0]["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
     assert json.loads(messages[-1]["content"])["budget"] == fields["budget"]
+
+
+def test_same_state_fraction_sets_how_often_a_one_city_trip_stays_in_its_origins_state(tiny_world):
+    pool = city_pool(tiny_world, holdout=False)
+
+    def same_state_share(fraction, draws=200):
+        rng = random.Random(0)
+        skeletons = [s for s in (sample_skeleton(tiny_world, pool, "easy", rng, (3,), False, fraction)
+                                 for _ in range(draws)) if s]
+        return sum(pool.state_of[s["org"]] == pool.state_of[s["dest"]] for s in skeletons) / len(skeletons)
+
+    assert same_state_share(1.0) == 1.0
+    assert same_state_share(0.0) == 0.0
+    assert 0.35 < same_state_share(0.5) < 0.65
+
