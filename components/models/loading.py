@@ -6,6 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from components.cpu_allocator import retain_freed_memory
 from components.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -122,4 +123,6 @@ def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str
     tokenizer = load_tokenizer(source)
     model.generation_config.eos_token_id = end_of_turn_id(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if device == "cpu":
+        retain_freed_memory()  # generation and training reuse freed buffers (components/cpu_allocator.py)
     return model.to(device).eval()

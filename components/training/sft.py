@@ -25,6 +25,7 @@ from typing import Callable, Literal
 from pydantic import Field, model_validator
 
 from components.agent import tokens as tok
+from components.cpu_allocator import retain_freed_memory
 from components.errors import UserError
 from components.jsonl import iter_jsonl
 from components.params import Params
@@ -395,6 +396,8 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
         torch.set_num_threads(params.cpu_threads)
     device = next(model.parameters()).device
     compute_dtype = cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
+    if device.type == "cpu":
+        retain_freed_memory()  # ~1.3x faster steps, same arithmetic (components/cpu_allocator.py)
     pad_id = tokenizer.pad_token_id
     total_steps = plan_steps(len(train), params)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay,
