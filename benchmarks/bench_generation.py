@@ -5,7 +5,9 @@ Side by side in one process, on the same 50 episodes, turns and model, three way
     (`HFPolicy(reuse_cache=False)` fed one request at a time: a loop without batching);
   - batched: one left-padded `generate` call for all episodes of a turn (`HFPolicy(reuse_cache=False)`);
   - batched + cache: the same call, with each episode's key/value cache kept across turns so only the new tokens
-    are read (`HFPolicy()`, the default).
+    are read, decoding into a cache that grows token by token (`HFPolicy(static_cache=False)`);
+  - batched + cache, static: the same, decoding into a preallocated cache written in place (`HFPolicy()`, the
+    default).
 All decode greedily, so they must produce the same tokens; the benchmark asserts it.
 
 The episodes are real: the programmatic expert solves queries of the tiny synthetic world through the agent loop,
@@ -113,10 +115,13 @@ def main() -> None:
                               args.new_tokens, one_at_a_time=True)
     batched, batched_s = replay(HFPolicy(model, tokenizer, greedy=True, reuse_cache=False), contexts,
                                 args.new_tokens, one_at_a_time=False)
+    growing, growing_s = replay(HFPolicy(model, tokenizer, greedy=True, static_cache=False), contexts,
+                                args.new_tokens, one_at_a_time=False)
     cached, cached_s = replay(HFPolicy(model, tokenizer, greedy=True), contexts, args.new_tokens,
                               one_at_a_time=False)
     assert batched == single, "batched != one at a time under greedy decoding"
-    assert cached == single, "batched with cache reuse != one at a time under greedy decoding"
+    assert growing == single, "batched with cache reuse (growing cache) != one at a time under greedy decoding"
+    assert cached == single, "batched with cache reuse (static cache) != one at a time under greedy decoding"
     generated = sum(len(ids) for turn in single for ids in turn)
 
     print(f"machine: {platform.machine()} {platform.system()}, Python {platform.python_version()}, torch "
@@ -130,7 +135,8 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name, seconds in (("one episode at a time, context re-read each turn (baseline)", single_s),
                           (f"all {len(contexts)} episodes in one batched call per turn", batched_s),
-                          ("batched + per-episode KV cache across turns (HFPolicy default)", cached_s)):
+                          ("batched + per-episode KV cache across turns, growing decode cache", growing_s),
+                          ("batched + per-episode KV cache, static decode cache (HFPolicy default)", cached_s)):
         print(f"| {name} | {seconds:.2f} | {generated / seconds:,.0f} | **{single_s / seconds:.2f}x** |")
 
 

@@ -110,6 +110,12 @@ def test_reusing_episode_caches_across_turns_gives_the_same_turns(tiny_model, ti
     assert set(cached.caches) == {f"ep{i}" for i in range(5)} and not fresh.caches
 
 
+def test_static_and_growing_decode_caches_sample_the_same_turns(tiny_model, tiny_tokenizer, conversations):
+    static = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3)
+    growing = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3, static_cache=False)
+    assert play_turns(static, tiny_tokenizer, conversations) == play_turns(growing, tiny_tokenizer, conversations)
+
+
 def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversations):
     from components.models.factory import build_tiny_model
 
