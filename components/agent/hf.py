@@ -33,6 +33,20 @@ def cut_at_end_of_turn(ids: list[int], end_id: int, max_new_tokens: int) -> tupl
     return ids, False
 
 
+def cache_kwarg(forward) -> str:
+    """The keyword that passes a key/value cache to a model's `forward` (and its `generate`): transformers 5.24
+    renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40); older releases know only the old."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def returned_cache(output):
+    """The cache a forward or generate call returned, under either release's attribute name."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     """Length of the longest common prefix of two id lists."""
     n = min(len(a), len(b))
@@ -133,7 +147,7 @@ class HFPolicy:
             out = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                past_key_values=past,
+                **{cache_kwarg(self.model.forward): past},
                 max_new_tokens=budget,
                 eos_token_id=self.end_id,
                 pad_token_id=self.pad_id,
@@ -145,7 +159,7 @@ class HFPolicy:
             self.model.train()
         new_ids = out.sequences[:, input_ids.shape[1]:]
         if caching:
-            self._keep_caches(requests, out.sequences, out.past_key_values, input_ids.shape[1])
+            self._keep_caches(requests, out.sequences, returned_cache(out), input_ids.shape[1])
         logprobs = self._sampled_logprobs(torch.stack(out.logits, dim=1), new_ids)
         return [self._result(new_ids[i].tolist(), logprobs[i].tolist(), r.max_new_tokens)
                 for i, r in enumerate(requests)]
@@ -167,9 +181,9 @@ class HFPolicy:
             for index, (k, v) in enumerate(layers):
                 cache.update(k, v, index)
             device = next(self.model.parameters()).device
-            out = self.model(input_ids=torch.tensor([rest], device=device), past_key_values=cache, use_cache=True,
-                             logits_to_keep=1)
-            layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+            out = self.model(input_ids=torch.tensor([rest], device=device), use_cache=True, logits_to_keep=1,
+                             **{cache_kwarg(self.model.forward): cache})
+            layers = [(layer.keys, layer.values) for layer in returned_cache(out).layers]
         return EpisodeCache(ids=list(prefix), layers=layers)
 
     def _batched_cache(self, requests: list[TurnRequest], width: int, budget: int):

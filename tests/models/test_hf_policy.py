@@ -116,6 +116,16 @@ def test_static_and_growing_decode_caches_sample_the_same_turns(tiny_model, tiny
     assert play_turns(static, tiny_tokenizer, conversations) == play_turns(growing, tiny_tokenizer, conversations)
 
 
+def test_reused_caches_are_passed_without_deprecation_warnings(tiny_model, tiny_tokenizer, conversations):
+    import warnings
+
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # transformers >= 5.24 warns on `past_key_values=`
+        play_turns(policy, tiny_tokenizer, conversations)
+    assert policy.caches
+
+
 def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversations):
     from components.models.factory import build_tiny_model
 
