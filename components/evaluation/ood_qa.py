@@ -213,9 +213,21 @@ def alignment_tax(base: dict, trained: dict) -> dict:
 
 
 def read_base_metrics(path: str | Path) -> dict | None:
-    """The base checkpoint's OOD metrics, or None when that file does not exist (yet)."""
+    """The base checkpoint's OOD metrics, or None when that file does not exist (yet); a clear error when the file is
+    something else (by default the base's file is looked for beside `--out`, where another stage's `base.json`
+    may sit)."""
     path = Path(path)
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        metrics = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise UserError(f"{path} is not JSON ({error}): re-run `star ood-qa --name base`, or name the base's OOD "
+                        "metrics with --base-metrics") from None
+    if not isinstance(metrics, dict) or not {"em", "f1"} <= set(metrics):
+        raise UserError(f"{path} is not an OOD QA metrics file (no `em`/`f1`): write the checkpoint's metrics to "
+                        "its own folder (metrics/ood_qa/<name>.json) or name the base's with --base-metrics")
+    return metrics
 
 
 def evaluate_checkpoint(model: str | Path, params: OODQAParams, qa_dir: str | Path,

@@ -71,3 +71,16 @@ def test_a_checkpoint_is_scored_per_dataset_with_its_tax_against_base(tiny_check
     assert metrics["em"] == 0.0  # an untrained model answers nothing right
     assert metrics["alignment_tax_abs"] == pytest.approx(0.5) and metrics["alignment_tax_rel"] == pytest.approx(1.0)
     assert len(records) == 6 and all("response_ids" in r for r in records)
+
+
+def test_a_base_file_that_is_not_ood_metrics_is_refused_with_how_to_fix(tmp_path: Path):
+    read_base_metrics = ood_qa.read_base_metrics
+    assert read_base_metrics(tmp_path / "absent.json") is None
+    (tmp_path / "base.json").write_text(json.dumps({"em": 0.3, "f1": 0.4}))
+    assert read_base_metrics(tmp_path / "base.json")["em"] == 0.3
+    (tmp_path / "base.json").write_text(json.dumps({"kind": "tiny", "parameters": 2116608}))  # base_model's metrics
+    with pytest.raises(UserError, match="not an OOD QA metrics file"):
+        read_base_metrics(tmp_path / "base.json")
+    (tmp_path / "base.json").write_text("{truncated")
+    with pytest.raises(UserError, match="is not JSON"):
+        read_base_metrics(tmp_path / "base.json")
