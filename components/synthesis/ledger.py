@@ -31,6 +31,15 @@ that is not a copy of the text just before it; the base does it in the route for
 session 13), while the ledger's `current_city from ... to ...` needed SFT to learn it anew and missed the origin's
 first syllable in 40 of 40 held-out episodes (docs/tiny_preset.md, session 13). The route names the first day's
 cities and joins the ledger when they are evidenced, like any field.
+
+With `filter.ledger_itinerary` as well, the route line is the whole trip, the way home included:
+
+    <think>Route: Sava -> Zorpel -> Sava
+
+so the last day's `current_city from Zorpel to Sava` follows `Zorpel -> Sava` a few lines up. Without it, the
+origin there has to be found by the cue " to", which the QA look-up trains to answer with what followed " to" before
+(the destination); a base pre-trained longer on QA wrote a blend of syllables there in 40 of 40 held-out first
+thinks, teacher-forced (docs/tiny_preset.md, session 19).
 """
 from __future__ import annotations
 
@@ -81,16 +90,32 @@ def evidenced(key: str, value: str, seen: list[str]) -> bool:
     return all(any(_lists_row(text, name) for text in seen) for name in named_entities(value))
 
 
-def route_line(plan: list[dict]) -> str | None:
-    """`Route: origin -> destination` from the first day's `current_city` ("from A to B"), or None without one."""
-    route = _ROUTE.match(" ".join(str(plan[0].get("current_city", "")).split())) if plan else None
-    return f"{ROUTE_LEAD} {route.group(1)} -> {route.group(2)}" if route else None
+def route_cities(plan: list[dict], itinerary: bool = False) -> list[str]:
+    """The cities of the route line: the first day's "from A to B" (A, B), or with `itinerary` every city the trip
+    passes in order, the way home included (A, B, C, A); [] when the first day does not travel."""
+    cities: list[str] = []
+    for number, day in enumerate(plan if itinerary else plan[:1]):
+        route = _ROUTE.match(" ".join(str(day.get("current_city", "")).split()))
+        if route is None:
+            if number == 0:
+                return []
+            continue
+        origin, destination = route.groups()
+        cities += ([origin] if not cities or cities[-1] != origin else []) + [destination]
+    return cities
 
 
-def ledger_text(plan: list[dict], seen: list[str], complete: bool = False, route: bool = False) -> str:
+def leg_shown(value: str, seen: list[str]) -> bool:
+    """Whether a text in `seen` shows the leg `from A to B` itself (a route or flight search's observation)."""
+    return any(_has_word(text, value) for text in seen)
+
+
+def ledger_text(plan: list[dict], seen: list[str], complete: bool = False, route: bool = False,
+                itinerary: bool = False, later_legs_shown: bool = False) -> str:
     """The ledger block for a think preceded by the texts `seen` ("" when no field is evidenced yet); `complete`
-    restates every field (the answer's turn); `route` opens the block with `route_line` once its cities are
-    evidenced."""
+    restates every field (the answer's turn); `route` opens the block with the route (`route_cities`; the whole trip
+    with `itinerary`) as far as its cities are evidenced, once the first two are; with `later_legs_shown` a travel day
+    after the first (`from A to B`) joins only once a text shows that leg, not as soon as both cities are named."""
     lines = []
     for number, day in enumerate(plan, start=1):
         fields = []
@@ -98,6 +123,9 @@ def ledger_text(plan: list[dict], seen: list[str], complete: bool = False, route
             value = " ".join(str(day.get(key, "-") or "-").split())  # one line per day, whatever the value
             if value in ("", "-"):
                 continue
+            if not complete and later_legs_shown and key == "current_city" and number > 1 and _ROUTE.match(value):
+                if not leg_shown(value, seen):
+                    break  # the day joins with its leg: nothing of it before the search that shows the way
             if complete or evidenced(key, value, seen):
                 fields.append(f"{key} {value}")
         if fields:
@@ -106,16 +134,21 @@ def ledger_text(plan: list[dict], seen: list[str], complete: bool = False, route
                          + FIELD_SEPARATOR.join(fields))
     if not lines:
         return ""
-    head = route_line(plan) if route else None
-    if head and not (complete or evidenced("current_city", plan[0]["current_city"], seen)):
-        head = None
+    head = None
+    if route:
+        cities = route_cities(plan, itinerary)
+        known = next((n for n, city in enumerate(cities) if not evidenced("current_city", city, seen)), len(cities))
+        cities = cities if complete else cities[:known]  # the route as far as the conversation has named it
+        head = f"{ROUTE_LEAD} " + " -> ".join(cities) if len(cities) >= 2 else None
     return (f"{head}\n" if head else "") + f"{LEDGER_LEAD}\n" + "\n".join(lines) + "\n"
 
 
-def with_ledger(messages: list[dict], plan: list[dict] | None, route: bool = False) -> list[dict]:
+def with_ledger(messages: list[dict], plan: list[dict] | None, route: bool = False,
+                itinerary: bool = False, later_legs_shown: bool = False) -> list[dict]:
     """The messages with every assistant think prefixed by the ledger of `plan` (the episode's final plan) as far
     as the conversation before it shows; the answer's think gets the complete plan; `route` opens each ledger with
-    the route line. Without a plan the messages are returned as they are."""
+    the route line (the whole trip with `itinerary`); `later_legs_shown` holds a later travel day back until a
+    search shows its leg (`ledger_text`). Without a plan the messages are returned as they are."""
     if not plan:
         return list(messages)
     last_assistant = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
@@ -123,7 +156,8 @@ def with_ledger(messages: list[dict], plan: list[dict] | None, route: bool = Fal
     for index, message in enumerate(messages):
         content = message["content"]
         if message["role"] == "assistant" and content.startswith(_THINK_OPEN):
-            block = ledger_text(plan, seen, complete=index == last_assistant, route=route)
+            block = ledger_text(plan, seen, complete=index == last_assistant, route=route, itinerary=itinerary,
+                                later_legs_shown=later_legs_shown)
             message = {**message, "content": _THINK_OPEN + block + content[len(_THINK_OPEN):]}
         elif message["role"] != "system":
             seen.append(content)

@@ -66,6 +66,39 @@ def test_the_route_opens_every_ledger_in_the_form_of_the_copy_tasks_route_rounds
     assert [without_ledger(t) for t in (first, answer)] == ["call 0", "done"]  # the tokenizer's corpus is unchanged
 
 
+def test_the_itinerary_route_names_the_whole_trip_so_the_way_home_is_a_copy_from_the_route_line():
+    trip = [{"days": 1, "current_city": "from Sava to Zorpel"}, {"days": 2, "current_city": "Zorpel"},
+            {"days": 3, "current_city": "from Zorpel to Kelmo"}, {"days": 4, "current_city": "from Kelmo to Sava"}]
+    first = thinks(with_ledger(episode(ROUTE), trip, route=True, itinerary=True))[0]
+
+    assert first.startswith("Route: Sava -> Zorpel\nPlan so far:\n")  # Kelmo is not named yet: the first day's route
+    assert ledger_text(trip, [QUERY + " Then Kelmo."], route=True, itinerary=True).startswith(
+        "Route: Sava -> Zorpel -> Kelmo -> Sava\nPlan so far:\n")
+    assert ledger_text(trip, [QUERY], route=True, itinerary=True, complete=True).startswith(
+        "Route: Sava -> Zorpel -> Kelmo -> Sava\n")  # the answer's turn restates everything
+    assert ledger_text(trip, [QUERY + " Then Kelmo."], route=True).startswith("Route: Sava -> Zorpel\n")
+    assert without_ledger(ledger_text(trip, [QUERY], route=True, itinerary=True, complete=True)) == ""
+    with pytest.raises(ValueError, match="set ledger_route: true"):
+        FilterParams(ledger=True, ledger_itinerary=True)
+
+
+def test_a_later_leg_joins_the_ledger_with_the_search_that_shows_it_not_when_its_cities_are_named():
+    trip = [PLAN[0], PLAN[1], {"days": 3, "current_city": "from Zorpel to Sava", "breakfast": "Pelhelva Table, Zorpel",
+                               "transportation": "Self-driving, from Zorpel to Sava, duration: 43 mins, distance: 54 km, cost: 2"}]
+    home = "self-driving, from Zorpel to Sava, duration: 43 mins, distance: 54 km, cost: 2"
+    first, *middle, after_home, answer = thinks(with_ledger(episode(ROUTE, FOOD, home, STAYS), trip, route=True,
+                                                                     itinerary=True, later_legs_shown=True))
+
+    assert first.startswith("Route: Sava -> Zorpel -> Sava\nPlan so far:\nDay 1: current_city from Sava to Zorpel\n"
+                            "Day 2: current_city Zorpel\ncall 0")  # day 3 waits, though both its cities are named
+    assert all("Day 3" not in think for think in middle)  # its breakfast too: the day joins with its leg
+    assert "Day 3: current_city from Zorpel to Sava | transportation Self-driving, from Zorpel to Sava" in after_home
+    assert "Day 3: current_city from Zorpel to Sava" in answer
+    assert "Day 3: current_city from Zorpel to Sava\n" in thinks(with_ledger(episode(ROUTE), trip))[0]  # default
+    with pytest.raises(ValueError, match="set ledger: true"):
+        FilterParams(ledger_later_legs_shown=True)
+
+
 def test_the_route_waits_for_its_cities_to_be_named_and_needs_the_ledger():
     unnamed = [{"role": "system", "content": "sys"}, {"role": "user", "content": "A 2-day trip."},
                {"role": "assistant", "content": "<think>call</think><tool_call>{}</tool_call>"},
@@ -95,10 +128,12 @@ def test_no_plan_no_ledger_and_taking_it_out_gives_the_original_text():
 @given(plan=st.lists(st.dictionaries(st.sampled_from(["days", "current_city", "transportation", "breakfast",
                                                       "attraction", "dinner", "accommodation", "junk"]),
                                      st.one_of(st.text(max_size=30), st.integers(), st.none())), max_size=4),
-       observations=st.lists(st.text(max_size=60), max_size=4), route=st.booleans())
-def test_any_plan_and_conversation_get_a_removable_ledger_and_nothing_else_changes(plan, observations, route):
+       observations=st.lists(st.text(max_size=60), max_size=4), route=st.booleans(), itinerary=st.booleans(),
+       later_legs_shown=st.booleans())
+def test_any_plan_and_conversation_get_a_removable_ledger_and_nothing_else_changes(plan, observations, route,
+                                                                                   itinerary, later_legs_shown):
     messages = episode(*observations)
-    annotated = with_ledger(messages, plan, route=route)
+    annotated = with_ledger(messages, plan, route=route, itinerary=itinerary, later_legs_shown=later_legs_shown)
     assert len(annotated) == len(messages)
     assert [without_ledger(m["content"]) for m in annotated] == [m["content"] for m in messages]
     for block in (LEDGER_BLOCK.search(m["content"]) for m in annotated if m["role"] == "assistant"):
