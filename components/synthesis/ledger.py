@@ -36,10 +36,12 @@ With `filter.ledger_itinerary` as well, the route line is the whole trip, the wa
 
     <think>Route: Sava -> Zorpel -> Sava
 
-so the last day's `current_city from Zorpel to Sava` follows `Zorpel -> Sava` a few lines up. Without it, the
-origin there has to be found by the cue " to", which the QA look-up trains to answer with what followed " to" before
-(the destination); a base pre-trained longer on QA wrote a blend of syllables there in 40 of 40 held-out first
-thinks, teacher-forced (docs/tiny_preset.md, session 19).
+so the last day's `current_city from Zorpel to Sava` follows `Zorpel -> Sava` a few lines up; and with
+`filter.ledger_later_legs_shown` a travel day after the first joins the ledger only with the search that shows its
+leg (`self-driving, from Zorpel to Sava, ...`), not in the first think. Both aim at the one copy a base pre-trained
+longer on QA missed (the origin after `from Zorpel to`, 0 of 40 held-out first thinks teacher-forced, where ` to`
+was always followed by the destination before). Measured once on two bases, neither raised delivery; both are off
+(docs/tiny_preset.md, session 19).
 """
 from __future__ import annotations
 
