@@ -66,8 +66,11 @@ def tool_call(query: str, think: str) -> str:
 
 
 def answer(text: str, think: str) -> str:
-    """One assistant turn giving the final answer."""
-    return f"<think>{think}</think><answer>{text}</answer>"
+    """One assistant turn giving the final answer, written with a space before it (`<answer> Mirathal</answer>`;
+    the episode's answer is stripped, so EM is unchanged). A value follows a space in the passage and in the think
+    (` Mirathal` = `ĠMi ra thal`), so the spaced answer copies the same tokens; unspaced, its first token is another
+    one (`Mi`), and the tiny base copied the rest of the name after a wrong first syllable (`Lunethal`)."""
+    return f"<think>{think}</think><answer> {text}</answer>"
 
 
 def question_of(messages: list[dict]) -> str:
