@@ -104,14 +104,28 @@ def _pretty_check(check: str) -> str:
     return f"{check.removeprefix('is_').replace('_', ' ')} ({kind})"
 
 
+def shared_labels(points: list[dict], tolerance: float = 0.005) -> list[tuple[float, float, str]]:
+    """One (x, y, label) per spot: runs whose points fall within `tolerance` of each other on both axes share one
+    label ("sft, rl"), so labels of coinciding points are not printed over each other."""
+    spots: list[list] = []
+    for point in points:
+        x, y = point["in_domain"], point["ood"]
+        spot = next((s for s in spots if abs(s[0] - x) <= tolerance and abs(s[1] - y) <= tolerance), None)
+        if spot is None:
+            spots.append([x, y, [point["label"]]])
+        else:
+            spot[2].append(point["label"])
+    return [(x, y, ", ".join(labels)) for x, y, labels in spots]
+
+
 def plot_alignment_scatter(points: list[dict], out: str | Path, mode: str) -> Path:
-    """One labelled point per run: in-domain final pass (x) vs out-of-domain average EM (y)."""
+    """One point per run: in-domain final pass (x) vs out-of-domain average EM (y); coinciding runs share a label."""
     out = Path(out)
     fig, ax = plt.subplots(figsize=(7, 5.5), dpi=120)
     for i, point in enumerate(points):
         ax.scatter(point["in_domain"], point["ood"], s=80, color=f"C{i % 10}", zorder=3)
-        ax.annotate(point["label"], (point["in_domain"], point["ood"]), textcoords="offset points",
-                    xytext=(7, 6), fontsize=10)
+    for x, y, label in shared_labels(points):
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(7, 6), fontsize=10)
     base = next((p for p in points if p["label"] == "base"), None)
     if base is not None:
         ax.axhline(base["ood"], color="grey", linestyle="--", linewidth=1, label="base OOD score (no tax)")

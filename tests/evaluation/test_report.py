@@ -68,3 +68,11 @@ def test_the_reward_plot_draws_the_spread_as_a_band_not_as_a_reward_component(tm
     legend = [text.get_text() for text in figure.axes[0].get_legend().get_texts()]
     assert legend == ["reward ± std within the step", "commonsense micro", "reward (used for training)"]
     assert (tmp_path / "rewards.png").stat().st_size > 10_000
+
+
+def test_runs_at_the_same_spot_of_the_scatter_share_one_label_instead_of_overprinting():
+    from components.evaluation.plots import shared_labels
+
+    points = [{"label": "base", "in_domain": 0.0, "ood": 0.24}, {"label": "sft", "in_domain": 0.0, "ood": 0.0},
+              {"label": "rl", "in_domain": 0.001, "ood": 0.0}, {"label": "rl-macro", "in_domain": 0.1, "ood": 0.0}]
+    assert shared_labels(points) == [(0.0, 0.24, "base"), (0.0, 0.0, "sft, rl"), (0.1, 0.0, "rl-macro")]
