@@ -3,6 +3,10 @@
 Every request of a turn goes through ONE left-padded `generate` call (or a few, if `max_batch_size` splits them):
 batching the active episodes is what makes CPU rollouts affordable (TRAINING.md).
 
+With `chunk_tokens`, a turn is decoded in rounds of at most that many tokens, and each round batches only the
+episodes still writing: `generate` keeps computing every row of its batch until the LAST one ends, so one turn that
+runs on to the token limit made all others pay for its hundreds of tokens (benchmarks/bench_rollout_chunks.py).
+
 Across turns an episode's context only grows (previous context + sampled turn + tool segment), so the backend keeps
 each episode's key/value cache (keyed by `TurnRequest.episode_id`) and, next turn, runs the model only on the new
 tokens instead of re-reading the whole history: prefill is most of the work at our context lengths. A cache is used
@@ -76,13 +80,17 @@ class HFPolicy:
     (see the module docstring); set it False to re-read every context (e.g. to save memory on large models).
     With `static_cache` (default) a reused cache decodes into a preallocated buffer; False grows it token by token
     (transformers' DynamicCache: same tokens, about half the decode speed on CPU at long contexts).
+    With `chunk_tokens` (needs the episode caches) a turn is sampled in rounds of at most that many tokens, each over
+    the episodes whose turn has not ended yet (None: one `generate` call per batch, every row until the last ends).
     """
 
     def __init__(self, model, tokenizer, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  greedy: bool = False, seed: int = 0, max_batch_size: int | None = None, reuse_cache: bool = True,
-                 static_cache: bool = True):
+                 static_cache: bool = True, chunk_tokens: int | None = None):
         from components.models.loading import end_of_turn_id
 
+        if chunk_tokens is not None and chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be a positive number of tokens or None, got {chunk_tokens}")
         if not greedy and temperature <= 0:
             raise ValueError("temperature must be > 0 when sampling; use greedy=True for argmax decoding")
         self.model = model
@@ -98,6 +106,7 @@ class HFPolicy:
         self.calls = 0  # advances the seed, so successive turns draw fresh samples reproducibly
         self.reuse_cache = reuse_cache
         self.static_cache = static_cache
+        self.chunk_tokens = chunk_tokens
         self.caches: dict[str, EpisodeCache] = {}
         self._weights_version: int | None = None
 
@@ -109,9 +118,31 @@ class HFPolicy:
         caching = self._caching(requests)
         size = self.max_batch_size or len(requests) or 1
         results: list[TurnResult] = []
+        decode = self._generate_in_rounds if caching and self.chunk_tokens else self._generate_batch
         for start in range(0, len(requests), size):
-            results.extend(self._generate_batch(requests[start:start + size], caching))
+            results.extend(decode(requests[start:start + size], caching))
         return results
+
+    def _generate_in_rounds(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult]:
+        """The turns of `requests` sampled `chunk_tokens` at a time: each round is one batched call over the episodes
+        whose turn is still open, continuing from what they sampled so far (their caches cover it)."""
+        from dataclasses import replace
+
+        sampled: list[list[int]] = [[] for _ in requests]
+        logprobs: list[list[float]] = [[] for _ in requests]
+        open_rows = list(range(len(requests)))
+        while open_rows:
+            round_requests = [replace(requests[i], token_ids=list(requests[i].token_ids) + sampled[i],
+                                      max_new_tokens=min(self.chunk_tokens, requests[i].max_new_tokens - len(sampled[i])))
+                              for i in open_rows]
+            still_open = []
+            for i, result in zip(open_rows, self._generate_batch(round_requests, caching)):
+                sampled[i].extend(result.token_ids)
+                logprobs[i].extend(result.logprobs)
+                if not result.finished and len(sampled[i]) < requests[i].max_new_tokens:
+                    still_open.append(i)
+            open_rows = still_open
+        return [self._result(sampled[i], logprobs[i], request.max_new_tokens) for i, request in enumerate(requests)]
 
     def _caching(self, requests: list[TurnRequest]) -> bool:
         """Whether this call reuses episode caches (needs distinct episode ids); drops caches that cannot serve it:

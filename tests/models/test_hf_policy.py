@@ -141,3 +141,45 @@ def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversation
     reference = play_turns(HFPolicy(model, tiny_tokenizer, greedy=True, reuse_cache=False), tiny_tokenizer,
                            conversations, turns=2)
     assert after_update == reference
+
+
+def test_decoding_in_rounds_gives_the_same_turns_under_greedy(tiny_model, tiny_tokenizer, conversations):
+    # Budgets of 6-14 tokens in rounds of 4: every episode continues across rounds, each ending in a different one.
+    whole = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+    rounds = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=4)
+    assert play_turns(rounds, tiny_tokenizer, conversations) == play_turns(whole, tiny_tokenizer, conversations)
+
+
+def test_each_round_batches_only_the_episodes_still_writing(tiny_model, tiny_tokenizer, conversations):
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=4)
+    calls = []
+    original = policy._generate_batch
+    policy._generate_batch = lambda requests, caching: calls.append(
+        [r.max_new_tokens for r in requests]) or original(requests, caching)
+    requests = [TurnRequest(messages=[], token_ids=r.token_ids, max_new_tokens=budget, episode_id=f"ep{i}")
+                for i, (r, budget) in enumerate(zip(requests_for(tiny_tokenizer, conversations), [3, 4, 6, 9, 12]))]
+    results = policy.generate(requests)
+    for result, budget in zip(results, [3, 4, 6, 9, 12]):  # a turn is cut only at its own budget
+        assert result.finished or len(result.token_ids) == budget
+    assert calls[0] == [3, 4, 4, 4, 4]  # round 1: everyone, at most 4 tokens each
+    assert [len(c) for c in calls] == sorted((len(c) for c in calls), reverse=True)  # rounds only shrink
+    assert len(calls[-1]) < len(calls[0]) and all(len(c) <= 5 for c in calls)
+
+
+def test_sampled_rounds_are_seeded_and_report_the_sampled_logprobs(tiny_model, tiny_tokenizer, conversations):
+    requests = [TurnRequest(messages=[], token_ids=r.token_ids, max_new_tokens=10, episode_id=f"ep{i}")
+                for i, r in enumerate(requests_for(tiny_tokenizer, conversations))]
+    first = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=5, chunk_tokens=3).generate(requests)
+    again = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=5, chunk_tokens=3).generate(requests)
+    assert [r.token_ids for r in first] == [r.token_ids for r in again]
+    request, result = requests[1], first[1]
+    full = torch.tensor([request.token_ids + result.token_ids])
+    with torch.no_grad():
+        logits = tiny_model(full).logits[0, len(request.token_ids) - 1:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(result.token_ids)[:, None]).squeeze(-1)
+    assert result.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+
+
+def test_rounds_of_no_tokens_are_refused(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        HFPolicy(tiny_model, tiny_tokenizer, chunk_tokens=0)
