@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from components.errors import UserError
@@ -41,6 +43,16 @@ def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
     return factor
 
 
+def advance_schedule(scheduler) -> None:
+    """One step of the LR schedule. A step with no optimizer step (no signal: every group tied) still counts, so
+    torch's warning about a scheduler stepping first is expected and silenced."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+        scheduler.step()
+
+
 class TorchOptimizer:
     """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule."""
 
@@ -70,11 +82,7 @@ class TorchOptimizer:
 
     def schedule_step(self) -> None:
         """Advance the LR schedule by one RL step (also when DAPO found nothing to train on this step)."""
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
-            self.scheduler.step()
+        advance_schedule(self.scheduler)
 
     @property
     def lr(self) -> float:
@@ -113,6 +121,19 @@ def deepspeed_config(zero_stage: int, max_grad_norm: float, gradient_accumulatio
     }
 
 
+def single_process_defaults(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
+    """Make a plain `star rl` (no `accelerate launch` / `torchrun`) a DeepSpeed world of one process.
+
+    Without these variables DeepSpeed goes looking for an MPI launcher. Variables a launcher already set are kept;
+    returns the ones it set."""
+    defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    if "WORLD_SIZE" in environ or "RANK" in environ:
+        return {}
+    added = {key: value for key, value in defaults.items() if key not in environ}
+    environ.update(added)
+    return added
+
+
 class AccelerateOptimizer:
     """AdamW under `accelerate` with a DeepSpeed ZeRO plugin (multi-GPU and multi-node through `accelerate launch`).
 
@@ -128,6 +149,14 @@ class AccelerateOptimizer:
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin
 
+        from accelerate.state import AcceleratorState, GradientState
+
+        single_process_defaults()
+        # accelerate keeps one global state per process: without a reset, a second run in the same process (a
+        # resumed run in a test, a benchmark, a sweep) is refused ("cannot pass in a `deepspeed_plugin` when
+        # creating a second `Accelerator`"). The process group itself stays up and is reused.
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
         plugin = DeepSpeedPlugin(hf_ds_config=deepspeed_config(zero_stage, max_grad_norm))
         self.accelerator = Accelerator(deepspeed_plugin=plugin)
         optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
@@ -146,7 +175,7 @@ class AccelerateOptimizer:
         return float(norm) if norm is not None else float("nan")
 
     def schedule_step(self) -> None:
-        self.scheduler.step()
+        advance_schedule(self.scheduler)
 
     @property
     def lr(self) -> float:
