@@ -8,6 +8,10 @@ reward; the advantage of every sampled token of trajectory i is
     Dr.GRPO:  A_i =  R_i - mean(R_group)                              (scale_rewards="none")
 
 `std` is the sample standard deviation (Bessel's correction, as `torch.std` and TRL); a group of one has std 0.
+
+Asymmetric weighting (`negative_advantage_weight`, lambda): A_i <- lambda * A_i where A_i < 0; lambda = 1 is the
+algorithms as published. A small policy pushed down on its failed episodes spreads probability over every token it
+writes (TRAINING.md "RL"; docs/tiny_preset.md session 22): lambda < 1 keeps the push up on the good episodes.
 """
 from __future__ import annotations
 
@@ -63,6 +67,13 @@ def group_advantages(
     if scale_rewards == "none":
         return centred
     raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+
+
+def weight_negative(advantages: torch.Tensor, weight: float) -> torch.Tensor:
+    """A_i, with every negative A_i multiplied by `weight` (1: unchanged; 0: learn from the better episodes only)."""
+    if weight < 0:
+        raise ValueError(f"negative_advantage_weight must be >= 0, got {weight}")
+    return torch.where(advantages < 0, advantages * weight, advantages)
 
 
 def token_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:

@@ -124,6 +124,7 @@ class RLParams(Params):
     beta: float = Field(0.0, ge=0)  # KL(pi || ref) coefficient (k3 estimator)
     loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     scale_rewards: Literal["group", "batch", "none"] = "group"
+    negative_advantage_weight: float = Field(1.0, ge=0)  # lambda on A_i < 0 (1: as published; see advantages.py)
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
     reward: RewardParams = RewardParams()
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()

@@ -242,18 +242,19 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
 
 
-def step_advantages(groups: list[list[Scored]], scale_rewards: str):
-    """The trained trajectories in order and their group-relative advantages."""
+def step_advantages(groups: list[list[Scored]], scale_rewards: str, negative_weight: float = 1.0):
+    """The trained trajectories in order and their group-relative advantages (negative ones times
+    `negative_weight`)."""
     import torch
 
-    from components.training.rl.advantages import group_advantages
+    from components.training.rl.advantages import group_advantages, weight_negative
 
     scored = [s for group in groups for s in group]
     if not scored:
         return scored, []
     group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])
     rewards = torch.tensor([s.reward.total for s in scored], dtype=torch.float32)
-    return scored, group_advantages(rewards, group_ids, scale_rewards).tolist()
+    return scored, weight_negative(group_advantages(rewards, group_ids, scale_rewards), negative_weight).tolist()
 
 
 def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int) -> dict[str, float]:
@@ -319,7 +320,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 
         # 4. group-relative advantages
         reward_start = time.perf_counter()
-        scored, advantages = step_advantages(batch.groups, params.scale_rewards)
+        scored, advantages = step_advantages(batch.groups, params.scale_rewards,
+                                             params.negative_advantage_weight)
         reward_seconds = time.perf_counter() - reward_start + engine.evaluation_seconds
 
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine

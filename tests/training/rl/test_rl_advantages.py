@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from components.training.rl.advantages import group_advantages, group_mean, group_std, token_advantages
+from components.training.rl.advantages import (group_advantages, group_mean, group_std, token_advantages,
+                                               weight_negative)
 
 
 def test_grpo_advantage_is_reward_minus_group_mean_over_group_std():
@@ -51,3 +52,15 @@ def test_the_advantage_is_broadcast_only_to_sampled_tokens():
 def test_an_unknown_scaling_names_the_valid_ones():
     with pytest.raises(ValueError, match="'group', 'batch' or 'none'"):
         group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), "std")
+
+
+def test_the_negative_weight_scales_only_the_advantages_below_zero():
+    adv = torch.tensor([0.87, -0.87, -0.29, 0.0, 1.5])
+    assert weight_negative(adv, 0.25).tolist() == pytest.approx([0.87, -0.2175, -0.0725, 0.0, 1.5])
+    assert weight_negative(adv, 1.0).tolist() == pytest.approx(adv.tolist())  # GRPO as published
+    assert weight_negative(adv, 0.0).tolist() == pytest.approx([0.87, 0.0, 0.0, 0.0, 1.5])
+
+
+def test_a_negative_weight_below_zero_is_refused():
+    with pytest.raises(ValueError, match="negative_advantage_weight"):
+        weight_negative(torch.tensor([1.0, -1.0]), -0.5)

@@ -201,3 +201,18 @@ def test_reward_trend_compares_the_first_and_last_fifth_with_pooled_standard_err
     noisy = [{**row, "reward_std": 1.0} for row in history]
     assert reward_trend(noisy, episodes_per_step=4)["rising"] is False  # the same means, too much spread
     assert reward_trend(history[:1], episodes_per_step=4) == {"rising": None}
+
+
+def test_step_advantages_weigh_the_worse_episodes_of_each_group_by_the_negative_weight():
+    from types import SimpleNamespace
+
+    from components.training.rl.trainer import Scored, step_advantages
+
+    def group(*rewards):
+        return [Scored({}, SimpleNamespace(total=r)) for r in rewards]
+
+    # group means 0.5 and 0.2; Dr.GRPO scaling ("none") keeps the numbers readable
+    scored, adv = step_advantages([group(1.0, 0.0), group(0.1, 0.3)], "none", negative_weight=0.5)
+    assert len(scored) == 4
+    assert adv == pytest.approx([0.5, -0.25, -0.05, 0.1])
+    assert step_advantages([group(1.0, 0.0)], "none")[1] == pytest.approx([0.5, -0.5])
