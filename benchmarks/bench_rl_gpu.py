@@ -15,6 +15,7 @@ vLLM rollouts are not part of it: they need the `vllm` package (the [gpu] extra)
     python benchmarks/bench_rl_gpu.py --steps 2 --qwen-shape --out /tmp/bench_rl_gpu   # after `dvc repro sft`
 
 Runs on CPU too (slowly; DeepSpeed then needs `pip install deepspeed`), which is how it was tested before a GPU ran it.
+Measured on an H100 on 2026-11-27: benchmarks/RESULTS.md, "RL steps on a GPU".
 """
 from __future__ import annotations
 
@@ -133,9 +134,9 @@ def qwen_shape_step(label: str, params: RLParams, tokenizer_dir: Path, world_dir
             "advantages": "synthetic N(0,1)"}
 
 
-def table(rows: list[dict], device_name: str) -> str:
+def table(rows: list[dict], device_name: str, warmup_note: str) -> str:
     lines = [f"\n### RL steps on {device_name} (`bench_rl_gpu.py`, {datetime.date.today()})\n",
-             f"torch {torch.__version__}, python {platform.python_version()}.\n",
+             f"torch {torch.__version__}, python {platform.python_version()}; {warmup_note}.\n",
              "| run | model | steps | s/step | rollout / reward / update s | rollout tok/s | update tok/s | "
              "reward | delivered | peak GiB | advantages |",
              "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|"]
@@ -172,6 +173,10 @@ def main() -> None:
     parser.add_argument("--qwen-queries", type=int, default=2, help="queries (x 4 samples) of part 2")
     parser.add_argument("--qwen-tokens-per-turn", type=int, default=512, help="turn budget of part 2")
     parser.add_argument("--out", type=Path, default=None, help="folder for bench_rl_gpu.json (default: a temp dir)")
+    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=None,
+                        help="run each part once untimed first (default: on for CUDA, where transformers compiles "
+                             "the static-cache decode step into CUDA graphs on first use, which would otherwise be "
+                             "charged to whichever optimiser runs first)")
     args = parser.parse_args()
     for path in (args.model, args.world, args.queries, args.params):
         if not path.exists():
@@ -185,22 +190,35 @@ def main() -> None:
     device_name = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU ({platform.machine()})"
     work = Path(tempfile.mkdtemp(prefix="bench_rl_gpu_"))
     strategy = {"torch": {"strategy": "none"}, "deepspeed": {"strategy": "deepspeed", "zero_stage": 2}}
+    warmup = device.startswith("cuda") if args.warmup is None else args.warmup
+
+    def loop_params(name: str, steps: int) -> RLParams:
+        return rl_params(args.params, {"device": device, "max_steps": steps, "max_minutes": None,
+                                       "rollout": {"backend": "hf"}, "distributed": strategy[name]})
+
+    def qwen_params(name: str) -> RLParams:
+        return rl_params(args.params, {
+            "device": device, "num_generations": 4, "micro_batch_size": 4, "distributed": strategy[name],
+            "rollout": {"backend": "hf", "max_turns": 4, "max_tokens_per_turn": args.qwen_tokens_per_turn}})
+
+    if warmup:
+        print(json.dumps({"warm-up (not in the table)": full_loop(
+            "warm-up", loop_params("torch", 1), args.model, args.world, args.queries, work, device)}), flush=True)
     rows = []
     for name in args.optimizers:
-        params = rl_params(args.params, {"device": device, "max_steps": args.steps, "max_minutes": None,
-                                         "rollout": {"backend": "hf"}, "distributed": strategy[name]})
-        rows.append(full_loop(f"{name} + transformers rollouts", params, args.model, args.world, args.queries, work,
-                              device))
+        rows.append(full_loop(f"{name} + transformers rollouts", loop_params(name, args.steps), args.model,
+                              args.world, args.queries, work, device))
         print(json.dumps(rows[-1]), flush=True)
     if args.qwen_shape:
+        if warmup:
+            print(json.dumps({"warm-up (not in the table)": qwen_shape_step(
+                "warm-up", qwen_params("torch"), args.model, args.world, args.queries, device,
+                args.qwen_queries)}), flush=True)
         for name in args.optimizers:
-            params = rl_params(args.params, {
-                "device": device, "num_generations": 4, "micro_batch_size": 4, "distributed": strategy[name],
-                "rollout": {"backend": "hf", "max_turns": 4, "max_tokens_per_turn": args.qwen_tokens_per_turn}})
-            rows.append(qwen_shape_step(f"{name} + transformers rollouts", params, args.model, args.world,
-                                        args.queries, device, args.qwen_queries))
+            rows.append(qwen_shape_step(f"{name} + transformers rollouts", qwen_params(name), args.model,
+                                        args.world, args.queries, device, args.qwen_queries))
             print(json.dumps(rows[-1]), flush=True)
-    text = table(rows, device_name)
+    text = table(rows, device_name, "each part ran once untimed first" if warmup else "no warm-up")
     print(text)
     out = args.out or work
     out.mkdir(parents=True, exist_ok=True)
