@@ -1,0 +1,121 @@
+"""Compare an RL run's reward curve with a control rolled out on the same seeded steps, step by step.
+
+A reward curve can "rise" on the order of the queries alone: the tiny preset's rollouts are seeded per step, so a
+run and its control (the same params and seed with weights that never move, e.g. `reward.kind: macro` while no plan
+passes every check, or `learning_rate: 0`) see the same queries in the same order. Session 22 found the frozen SFT
+policy's own curve passing most of the way to the first-fifth/last-fifth test. This script reads both runs'
+`plots/rewards.csv` (the stage's DVC plot; one row per step), rescores every step with one reward kind from the
+logged component means, and prints
+
+  * each run's first-fifth and last-fifth means (the trainer's `reward_trend` test, on step means), and
+  * the paired difference run - control per step: its mean and standard error over all steps and over the last
+    fifth. Learning shows as a positive paired difference, growing over the run; query order cancels out.
+
+Rescoring is exact because every reward kind is linear in the per-episode components and undelivered episodes score
+the format reward with all components 0: a step's mean reward = the weighted mean of its component means +
+format_reward x format_error_rate.
+
+    python scripts/compare_rl_runs.py runs/sum/plots/rewards.csv runs/frozen/plots/rewards.csv --kind sum
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+KIND_COMPONENTS = {"sum": ("cs_micro", "hard_micro", "cs_macro", "hard_macro", "success"),
+                   "macro": ("cs_macro", "hard_macro", "success"), "success": ("success",)}
+REQUIRED = ("step", "format_error_rate", *KIND_COMPONENTS["sum"])
+
+
+def read_curve(path: Path) -> list[dict[str, float]]:
+    """The rows of a run's rewards.csv as floats, in step order; a clear error when it is not one."""
+    if not path.is_file():
+        raise SystemExit(f"{path}: no such file (the RL stage writes it as <plots>/rewards.csv)")
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        raise SystemExit(f"{path}: no steps in it")
+    missing = [name for name in REQUIRED if name not in rows[0]]
+    if missing:
+        raise SystemExit(f"{path}: columns {missing} are missing; is it an RL stage's plots/rewards.csv?")
+    try:
+        curve = [{key: float(value) for key, value in row.items() if key in REQUIRED} for row in rows]
+    except ValueError as error:
+        raise SystemExit(f"{path}: a value is not a number ({error})") from None
+    return sorted(curve, key=lambda row: row["step"])
+
+
+def step_reward(row: dict[str, float], kind: str, format_reward: float = 0.0) -> float:
+    """A step's mean reward of `kind` (equal weights) from its component means and format-error rate."""
+    names = KIND_COMPONENTS[kind]
+    return statistics.fmean(row[name] for name in names) + format_reward * row["format_error_rate"]
+
+
+def mean_se(values: list[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean (nan for fewer than two values)."""
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan"))
+
+
+def compare(run: list[dict[str, float]], control: list[dict[str, float]], kind: str = "sum",
+            format_reward: float = 0.0) -> dict:
+    """Trend of each curve and the paired run - control difference over the steps both have."""
+    steps = sorted({row["step"] for row in run} & {row["step"] for row in control})
+    if len(steps) < 2:
+        raise SystemExit(f"the runs share {len(steps)} step(s); a comparison needs at least 2")
+    by_step = [{row["step"]: step_reward(row, kind, format_reward) for row in curve} for curve in (run, control)]
+    a = [by_step[0][s] for s in steps]
+    b = [by_step[1][s] for s in steps]
+    k = max(1, len(steps) // 5)
+
+    def trend(values: list[float]) -> dict:
+        first, first_se = mean_se(values[:k])
+        last, last_se = mean_se(values[-k:])
+        return {"first_fifth": first, "last_fifth": last, "difference": last - first,
+                "difference_se": math.hypot(first_se, last_se)}
+
+    diff = [x - y for x, y in zip(a, b)]
+    all_mean, all_se = mean_se(diff)
+    last_mean, last_se = mean_se(diff[-k:])
+    return {"kind": kind, "steps": len(steps), "steps_per_fifth": k, "run": trend(a), "control": trend(b),
+            "paired": {"mean": all_mean, "se": all_se, "last_fifth_mean": last_mean, "last_fifth_se": last_se},
+            "per_step": [{"step": int(s), "run": x, "control": y} for s, x, y in zip(steps, a, b)]}
+
+
+def report(result: dict) -> str:
+    def row(name: str, t: dict) -> str:
+        return (f"{name:<8} {t['first_fifth']:.4f} -> {t['last_fifth']:.4f}  "
+                f"({t['difference']:+.4f} +- {t['difference_se']:.4f} step-mean SE)")
+
+    p = result["paired"]
+    return "\n".join([
+        f"{result['kind'].upper()} reward over {result['steps']} shared steps ({result['steps_per_fifth']} a fifth)",
+        "         first fifth -> last fifth",
+        row("run", result["run"]), row("control", result["control"]),
+        f"paired run - control: all steps {p['mean']:+.4f} +- {p['se']:.4f}; "
+        f"last fifth {p['last_fifth_mean']:+.4f} +- {p['last_fifth_se']:.4f}",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run", type=Path, help="the trained run's plots/rewards.csv")
+    parser.add_argument("control", type=Path, help="the control's plots/rewards.csv (same seed, frozen weights)")
+    parser.add_argument("--kind", choices=sorted(KIND_COMPONENTS), default="sum", help="rescore both with it")
+    parser.add_argument("--format-reward", type=float, default=0.0, help="rl.reward.format_reward of the runs")
+    parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    args = parser.parse_args(argv)
+    result = compare(read_curve(args.run), read_curve(args.control), args.kind, args.format_reward)
+    print(report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""scripts/compare_rl_runs.py: a run's reward curve against a control rolled out on the same seeded steps."""
+import csv
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
+           "success", "format_error_rate"]
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("compare_rl_runs", REPO / "scripts/compare_rl_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_curve(path: Path, cs_micro: list[float], reward: float = 0.0) -> Path:
+    """A rewards.csv whose steps differ only in cs_micro (the other components 0, a quarter format errors)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, COLUMNS)
+        writer.writeheader()
+        for step, value in enumerate(cs_micro, start=1):
+            writer.writerow({"step": step, "reward": reward, "reward_std": 0.1, "task_reward": reward,
+                             "cs_micro": value, "hard_micro": 0, "cs_macro": 0, "hard_macro": 0, "success": 0,
+                             "format_error_rate": 0.25})
+    return path
+
+
+def test_a_step_reward_is_rescored_exactly_from_its_component_means():
+    script = load_script()
+    row = {"cs_micro": 0.5, "hard_micro": 0.25, "cs_macro": 0.0, "hard_macro": 0.25, "success": 0.0,
+           "format_error_rate": 0.5}
+    assert script.step_reward(row, "sum") == pytest.approx(0.2)  # (0.5 + 0.25 + 0 + 0.25 + 0) / 5
+    assert script.step_reward(row, "macro") == pytest.approx(0.25 / 3)
+    assert script.step_reward(row, "success") == 0.0
+    assert script.step_reward(row, "sum", format_reward=-0.1) == pytest.approx(0.15)  # 0.2 - 0.1 x 0.5
+
+
+def test_query_order_cancels_in_the_paired_difference(tmp_path):
+    """Both curves rise by the same query order; the run learns +0.05 cs_micro a step on top from step 6."""
+    script = load_script()
+    order = [0.2, 0.3, 0.2, 0.4, 0.3, 0.5, 0.4, 0.6, 0.5, 0.7]
+    learned = [value + (0.05 * (step - 5) if step > 5 else 0) for step, value in enumerate(order, start=1)]
+    run = script.read_curve(write_curve(tmp_path / "run.csv", learned, reward=0.1))
+    control = script.read_curve(write_curve(tmp_path / "frozen.csv", order))  # a MACRO run: its reward column is 0
+    result = script.compare(run, control, "sum")
+    assert result["steps"] == 10 and result["steps_per_fifth"] == 2
+    assert result["control"]["first_fifth"] == pytest.approx(0.05)  # (0.2 + 0.3) / 2 / 5
+    assert result["control"]["last_fifth"] == pytest.approx(0.12)  # (0.5 + 0.7) / 2 / 5
+    assert result["run"]["last_fifth"] == pytest.approx(0.165)  # (0.5 + 0.20 + 0.7 + 0.25) / 2 / 5
+    assert result["paired"]["last_fifth_mean"] == pytest.approx(0.045)
+    assert result["paired"]["last_fifth_se"] == pytest.approx(0.005)  # stdev(0.04, 0.05) / sqrt 2
+    assert result["paired"]["mean"] == pytest.approx(0.015)  # (0.01 + ... + 0.05) / 10
+
+
+def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
+    script = load_script()
+    run = write_curve(tmp_path / "run.csv", [0.1, 0.2, 0.3])
+    control = write_curve(tmp_path / "control.csv", [0.1, 0.1, 0.1, 0.1])  # one step longer: only shared steps count
+    assert script.main([str(run), str(control), "--json", str(tmp_path / "out.json")]) == 0
+    out = capsys.readouterr().out
+    assert "over 3 shared steps" in out and "paired run - control" in out
+    assert json.loads((tmp_path / "out.json").read_text())["paired"]["mean"] == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "no steps"),
+    ("step,reward\n1,0.1\n", "columns"),
+    (",".join(COLUMNS) + "\n1,x,0,0,0,0,0,0,0,0\n", None),
+])
+def test_a_file_that_is_not_a_reward_curve_gets_a_clear_error(tmp_path, content, message):
+    script = load_script()
+    path = tmp_path / "rewards.csv"
+    path.write_text(content)
+    if message is None:  # a non-number in a column the script does not read is fine; one it reads is not
+        path.write_text(",".join(COLUMNS) + "\n1,0,0,0,x,0,0,0,0,0\n")
+        message = "not a number"
+    with pytest.raises(SystemExit, match=message):
+        script.read_curve(path)
+    with pytest.raises(SystemExit, match="no such file"):
+        script.read_curve(tmp_path / "missing.csv")
