@@ -21,7 +21,7 @@ from components.synthesis.expert import ExpertConfig
 from components.synthesis.feasibility import check_feasible
 from components.synthesis.skeleton import CityPool, budget_for, city_pool, price_pool, sample_skeleton
 from components.synthesis.text import back_translate, render_query_text
-from components.travel.queries import LEVELS, Query
+from components.travel.queries import LEVELS, Query, level_counts
 
 SPLITS = ("sft", "rl", "val")
 
@@ -82,16 +82,6 @@ class QueriesParams(Params):
         if not self.days or set(self.days) - {3, 5, 7}:
             raise ValueError("days must be a non-empty subset of [3, 5, 7]")
         return self
-
-
-def level_counts(total: int, mix: dict[str, float]) -> dict[str, int]:
-    """Split `total` by the level weights with the largest-remainder rule (counts sum to `total`)."""
-    weight = sum(mix.get(level, 0) for level in LEVELS)
-    exact = {level: total * mix.get(level, 0) / weight for level in LEVELS}
-    counts = {level: int(value) for level, value in exact.items()}
-    for level in sorted(LEVELS, key=lambda l: exact[l] - counts[l], reverse=True)[: total - sum(counts.values())]:
-        counts[level] += 1
-    return counts
 
 
 def signature(fields: dict) -> str:

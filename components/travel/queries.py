@@ -185,6 +185,34 @@ def _check_constraint_values(constraint: dict[str, Any], idx: Any) -> None:
                              f"{list(values)}")
 
 
+def level_counts(total: int, mix: dict[str, float]) -> dict[str, int]:
+    """Split `total` by the level weights with the largest-remainder rule (counts sum to `total`)."""
+    weight = sum(mix.get(level, 0) for level in LEVELS)
+    exact = {level: total * mix.get(level, 0) / weight for level in LEVELS}
+    counts = {level: int(value) for level, value in exact.items()}
+    for level in sorted(LEVELS, key=lambda l: exact[l] - counts[l], reverse=True)[: total - sum(counts.values())]:
+        counts[level] += 1
+    return counts
+
+
+def level_stratified_prefix(queries: list[Query], n: int) -> list[Query]:
+    """The first `n` queries of a split that keep its easy:medium:hard proportions (largest remainder), in file order.
+
+    The queries stage shuffles levels together, so a plain prefix of a small `n` can skew the mix; this takes the first
+    queries of each level instead. `n` at or above the split's size returns every query.
+    """
+    if n >= len(queries):
+        return list(queries)
+    present = {level: sum(q.level == level for q in queries) for level in LEVELS}
+    wanted = level_counts(n, present)
+    kept = []
+    for query in queries:
+        if wanted.get(query.level, 0) > 0:
+            wanted[query.level] -= 1
+            kept.append(query)
+    return kept
+
+
 def load_queries(path: str | Path) -> list[Query]:
     """Load a query JSONL file (our schema, the official JSONL or Agent-STAR's release: same decoder)."""
     queries = []

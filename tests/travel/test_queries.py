@@ -14,6 +14,7 @@ from components.travel.queries import (
     dump_queries,
     load_agent_star_jsonl,
     load_any,
+    level_stratified_prefix,
     load_official_csv,
     load_queries,
 )
@@ -111,3 +112,14 @@ def test_duplicate_idx_and_missing_files_are_user_errors(tmp_path):
         load_queries(path)
     with pytest.raises(QueryError, match="does not exist"):
         load_queries(tmp_path / "nope.jsonl")
+
+
+def test_a_stratified_prefix_keeps_the_level_mix_in_file_order():
+    base = Query.from_dict({**OFFICIAL_ROW, "idx": 0})
+    levels = "hard easy medium hard hard hard hard hard easy medium easy medium easy easy hard easy".split()
+    queries = [Query.from_dict({**base.to_dict(), "idx": i, "level": level}) for i, level in enumerate(levels)]
+    # 6 easy, 3 medium, 7 hard: 5 of them split 1.875 : 0.9375 : 2.1875 -> 2 easy, 1 medium, 2 hard
+    kept = level_stratified_prefix(queries, 5)
+    assert [q.idx for q in kept] == [0, 1, 2, 3, 8]
+    assert [q.level for q in kept] == ["hard", "easy", "medium", "hard", "easy"]
+    assert level_stratified_prefix(queries, 16) == queries and level_stratified_prefix(queries, 99) == queries

@@ -107,6 +107,8 @@ class RLParams(Params):
     max_steps: int | None = Field(None, gt=0)  # overrides epochs when set
     max_minutes: float | None = Field(None, gt=0)  # wall-clock budget: stop (checkpointed) after the step that crosses it
     queries_per_step: int = Field(4, gt=0)
+    # data size: train on the first max_queries RL queries at the file's easy:medium:hard mix (None: all of them)
+    max_queries: int | None = Field(None, gt=0)
     num_generations: int = Field(8, gt=1)  # G, trajectories per query (ARPO: arpo.budget instead)
     # optimisation
     learning_rate: float = Field(1e-6, gt=0)

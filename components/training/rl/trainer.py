@@ -181,8 +181,9 @@ def collect_rollouts(engine, queries: list, next_queries: Callable[[int], list],
 
 # ---- the loop ------------------------------------------------------------------------------------------------
 
-def load_world_and_queries(paths: RLPaths):
-    from components.travel.queries import load_queries
+def load_world_and_queries(paths: RLPaths, max_queries: int | None = None):
+    """The world and the RL queries (the first `max_queries` of them at the file's level mix, when set)."""
+    from components.travel.queries import level_stratified_prefix, load_queries
     from components.travel.world import World
 
     if not paths.queries.exists():
@@ -192,6 +193,8 @@ def load_world_and_queries(paths: RLPaths):
     queries = load_queries(paths.queries)
     if not queries:
         raise UserError(f"RL query file {paths.queries} holds no queries")
+    if max_queries is not None:
+        queries = level_stratified_prefix(queries, max_queries)
     return World.load(paths.world), queries
 
 
@@ -287,7 +290,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     from components.training.rl.update import fill_logprobs, rollout_from_record, update_policy
 
     wall_start = time.perf_counter()
-    world, queries = load_world_and_queries(paths)
+    world, queries = load_world_and_queries(paths, params.max_queries)
     total_steps = params.total_steps(len(queries))
     seed_everything(params.seed)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from components.training.rl.checkpoint import complete_checkpoints
+from components.training.rl.checkpoint import complete_checkpoints, load_state
 from components.training.rl.params import RLParams
-from components.training.rl.trainer import RLPaths, train
+from components.training.rl.trainer import RLPaths, load_world_and_queries, train
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -72,6 +72,19 @@ def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_step
                     log=lambda metrics, step: seen.append(step), progress_bar=False)
     assert seen == [3] and summary["resumed_from_step"] == 2
     assert read_steps(paths.rewards_csv) == [1, 2, 3]
+
+
+def test_max_queries_trains_on_a_prefix_of_the_query_file(tmp_path, tiny_model_dir, tiny_world_dir,
+                                                       rl_queries_path):
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    _, queries = load_world_and_queries(paths, max_queries=2)
+    assert [q.idx for q in queries] == [0, 1]
+    params = RLParams.model_validate({**TINY, "max_queries": 2, "max_steps": None, "epochs": 2})
+    summary = train(params, paths, progress_bar=False)
+    # 2 queries x 2 epochs at TINY's queries per step; the data cursor counts the 2 queries, not the file's 6
+    assert summary["steps"] == math.ceil(2 * 2 / TINY["queries_per_step"])
+    newest = complete_checkpoints(paths.checkpoints)[-1][1]
+    assert load_state(newest).cursor["num_queries"] == 2
 
 
 def test_the_update_moves_the_weights_when_rewards_differ(tiny_model_dir):
