@@ -12,6 +12,14 @@ reward; the advantage of every sampled token of trajectory i is
 Asymmetric weighting (`negative_advantage_weight`, lambda): A_i <- lambda * A_i where A_i < 0; lambda = 1 is the
 algorithms as published. A small policy pushed down on its failed episodes spreads probability over every token it
 writes (TRAINING.md "RL"; docs/tiny_preset.md session 22): lambda < 1 keeps the push up on the good episodes.
+
+Advantage reweighting (Yang et al., 2025, "Do Not Let Low-Probability Tokens Over-Dominate in RL for LLMs",
+arXiv 2505.12929), per sampled token t with pi_old its probability when it was sampled:
+
+    A_t <- [alpha * pi_old(o_t) + (1 - alpha)] * A_t          (alpha = 0: off, the algorithms as published)
+
+The gradient of log pi(o_t) is largest for the least likely tokens, so a few rare sampled tokens of either sign
+set the direction of the whole update; alpha > 0 scales their share down.
 """
 from __future__ import annotations
 
@@ -79,3 +87,13 @@ def weight_negative(advantages: torch.Tensor, weight: float) -> torch.Tensor:
 def token_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Broadcast A_i to every token trajectory i sampled: shape (B, T), 0 where response_mask is 0."""
     return advantages[:, None].to(torch.float32) * response_mask.to(torch.float32)
+
+
+def reweight_by_probability(advantages: torch.Tensor, old_logprobs: torch.Tensor, response_mask: torch.Tensor,
+                            alpha: float) -> torch.Tensor:
+    """A_t * [alpha * pi_old(o_t) + (1 - alpha)] on sampled tokens, 0 elsewhere (no gradient through pi_old)."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"advantage_reweight_alpha must be in [0, 1], got {alpha}")
+    keep = response_mask.bool()
+    probability = torch.exp(torch.where(keep, old_logprobs.detach().to(torch.float32), torch.zeros_like(advantages)))
+    return torch.where(keep, advantages * (alpha * probability + (1.0 - alpha)), torch.zeros_like(advantages))

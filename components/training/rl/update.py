@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from components.training.rl.advantages import token_advantages
+from components.training.rl.advantages import reweight_by_probability, token_advantages
 from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
 
 
@@ -131,6 +131,7 @@ class UpdateConfig:
     micro_batch_size: int = 4
     temperature: float = 1.0
     recompute_old_logprobs: bool = True
+    advantage_reweight_alpha: float = 0.0
 
 
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
@@ -169,6 +170,9 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                     ref = torch.tensor([ref_logprobs[p] + [0.0] * (width - len(ref_logprobs[p])) for p in positions],
                                        device=device)
                 advantages = token_advantages(batch["advantages"].to(device), mask)
+                if config.advantage_reweight_alpha:
+                    advantages = reweight_by_probability(advantages, batch["old_logprobs"].to(device), mask,
+                                                         config.advantage_reweight_alpha)
                 loss, stats = policy_loss(
                     logprobs, batch["old_logprobs"].to(device), advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,

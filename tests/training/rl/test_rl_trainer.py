@@ -105,6 +105,26 @@ def test_the_update_moves_the_weights_when_rewards_differ(tiny_model_dir):
     assert sum(after[1][2:]) < sum(before[1][2:])  # the penalised one less likely
 
 
+def test_advantage_reweighting_reaches_the_loss_through_the_update_config(tiny_model_dir):
+    """With alpha 1 each sampled token's advantage is scaled by its probability: at ratio 1 the token-mean loss is
+    -(sum of the good episode's token probabilities - the bad one's) / 6 trained tokens (0 without reweighting)."""
+    import math
+
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, update_policy
+
+    model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+    good = Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0)
+    bad = Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0)
+    before = fill_logprobs(model, [good, bad], 2, 0, 1.0, overwrite=False)
+    expected = -(sum(map(math.exp, before[0][2:])) - sum(map(math.exp, before[1][2:]))) / 6
+    optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+    stats = update_policy(model, optimizer, [good, bad], UpdateConfig(micro_batch_size=2, advantage_reweight_alpha=1.0),
+                          pad_id=0)
+    assert stats["loss"] == pytest.approx(expected, rel=1e-4)
+
+
 def test_a_step_without_signal_leaves_the_weights_alone_despite_adam_momentum(tiny_model_dir):
     """After a step with signal, a step whose advantages are all zero takes no optimizer step: Adam's first moment
     would otherwise keep moving the weights (zero gradient, non-zero update)."""
