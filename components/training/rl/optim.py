@@ -57,13 +57,13 @@ class TorchOptimizer:
     """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule."""
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
-                 scheduler: str, warmup_steps: int, total_steps: int):
+                 scheduler: str, warmup_steps: int, total_steps: int, adam_epsilon: float = 1e-8):
         import torch
 
         self.model = model
         self.max_grad_norm = max_grad_norm
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
                                                            lr_lambda(scheduler, warmup_steps, total_steps))
 
@@ -143,7 +143,8 @@ class AccelerateOptimizer:
     """
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
-                 scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int):
+                 scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int,
+                 adam_epsilon: float = 1e-8):
         require_gpu_extra("deepspeed", "rl.distributed.strategy: deepspeed")
         import torch
         from accelerate import Accelerator
@@ -159,7 +160,8 @@ class AccelerateOptimizer:
         GradientState._reset_state()
         plugin = DeepSpeedPlugin(hf_ds_config=deepspeed_config(zero_stage, max_grad_norm))
         self.accelerator = Accelerator(deepspeed_plugin=plugin)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay,
+                                      eps=adam_epsilon)
         # the schedule drives the base optimizer's param groups, which the ZeRO optimizer shares
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(scheduler, warmup_steps, total_steps))
         self.base_optimizer = optimizer
@@ -201,7 +203,7 @@ def build_optimizer(model, params, total_steps: int):
     """The optimiser wrapper for `params.distributed.strategy` (RLParams)."""
     warmup = int(params.warmup_ratio * total_steps)
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
-                  max_grad_norm=params.max_grad_norm, scheduler=params.lr_scheduler_type,
+                  adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm, scheduler=params.lr_scheduler_type,
                   warmup_steps=warmup, total_steps=total_steps)
     if params.distributed.strategy == "deepspeed":
         return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)

@@ -78,6 +78,26 @@ def test_optimizer_and_schedule_state_round_trip(tmp_path):
     assert again.lr == pytest.approx(opt.lr) and again.scheduler.last_epoch == 1
 
 
+def test_a_large_adam_epsilon_makes_the_first_step_follow_the_gradient_not_its_sign():
+    """AdamW's first step is lr * g / (|g| + eps): with eps 1e-8 every weight moves by ~lr (the sign of its gradient,
+    however small); with eps far above |g| the step is ~(lr / eps) * g, proportional to the gradient."""
+    from components.training.rl.optim import build_optimizer
+    from components.training.rl.params import RLParams
+
+    def first_step(adam_epsilon: float) -> list[float]:
+        model = torch.nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            model.weight.zero_()
+        params = RLParams.model_validate({"learning_rate": 1e-3, "adam_epsilon": adam_epsilon, "max_grad_norm": 10.0})
+        optimizer = build_optimizer(model, params, total_steps=1)
+        (model(torch.tensor([[1.0, 0.001]])).sum()).backward()  # gradients 1 and 0.001
+        optimizer.step()
+        return model.weight.detach().flatten().tolist()
+
+    assert first_step(1e-8) == pytest.approx([-1e-3, -1e-3], rel=1e-4)
+    assert first_step(10.0) == pytest.approx([-1e-3 * 1 / 11, -1e-3 * 0.001 / 10.001], rel=1e-4)
+
+
 def test_learning_rate_schedules():
     assert [round(lr_lambda("cosine", 2, 6)(s), 3) for s in range(7)] == [0.5, 1.0, 1.0, 0.854, 0.5, 0.146, 0.0]
     assert [lr_lambda("linear", 0, 4)(s) for s in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
