@@ -20,6 +20,10 @@ arXiv 2505.12929), per sampled token t with pi_old its probability when it was s
 
 The gradient of log pi(o_t) is largest for the least likely tokens, so a few rare sampled tokens of either sign
 set the direction of the whole update; alpha > 0 scales their share down.
+
+Rejected turns (`reinforce_rejected_turns: false`): a turn the environment rejected as malformed (a protocol error
+it answered with the format reminder) keeps a negative advantage but never gets a positive one. As published, an
+episode that recovers from a malformed turn and delivers a good plan reinforces the malformed turn with the rest.
 """
 from __future__ import annotations
 
@@ -97,3 +101,8 @@ def reweight_by_probability(advantages: torch.Tensor, old_logprobs: torch.Tensor
     keep = response_mask.bool()
     probability = torch.exp(torch.where(keep, old_logprobs.detach().to(torch.float32), torch.zeros_like(advantages)))
     return torch.where(keep, advantages * (alpha * probability + (1.0 - alpha)), torch.zeros_like(advantages))
+
+
+def never_reinforce(advantages: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """A_t, with 0 where the token belongs to a rejected turn and A_t > 0 (negative advantages stay)."""
+    return torch.where(rejected.bool() & (advantages > 0), torch.zeros_like(advantages), advantages)

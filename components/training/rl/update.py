@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from components.training.rl.advantages import reweight_by_probability, token_advantages
+from components.training.rl.advantages import never_reinforce, reweight_by_probability, token_advantages
 from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
 
 
@@ -27,21 +27,46 @@ class Rollout:
     loss_mask: list[int]
     advantage: float
     old_logprobs: list[float] | None = None  # aligned with input_ids (0 on the prompt); None: recompute
+    rejected: list[int] | None = None  # aligned with input_ids: 1 on the tokens of turns the environment rejected
 
     @property
     def num_trained(self) -> int:
         return int(sum(self.loss_mask))
 
 
+def rejected_turn_tokens(record: dict) -> list[int]:
+    """Per response token, 1 where it belongs to a turn the environment rejected as a protocol error.
+
+    Every sampled turn is one run of 1s in `response_mask` (its observation, a run of 0s, separates it from the
+    next), and `turns` lists the turns in the same order, so the i-th run is `turns[i]`.
+    """
+    mask, turns = record["response_mask"], record.get("turns") or []
+    if not any(turn.get("kind") == "protocol_error" for turn in turns):
+        return [0] * len(mask)
+    starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
+    if len(starts) != len(turns):
+        raise ValueError(f"record {record.get('idx')}: {len(starts)} sampled segments but {len(turns)} turns; "
+                         "was it written by this version of the agent loop?")
+    out = [0] * len(mask)
+    for start, turn in zip(starts, turns):
+        if turn.get("kind") == "protocol_error":
+            end = start
+            while end < len(mask) and mask[end]:
+                out[end] = 1
+                end += 1
+    return out
+
+
 def rollout_from_record(record: dict, advantage: float) -> Rollout:
-    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs)."""
+    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs, turns)."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
     logprobs = record.get("response_logprobs")
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
     return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
-                   advantage=float(advantage), old_logprobs=old)
+                   advantage=float(advantage), old_logprobs=old,
+                   rejected=[0] * len(prompt) + rejected_turn_tokens(record))
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
@@ -57,6 +82,7 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
         "old_logprobs": torch.tensor([pad(r.old_logprobs or [0.0] * len(r.input_ids), 0.0) for r in rollouts],
                                      dtype=torch.float32),
         "advantages": torch.tensor([r.advantage for r in rollouts], dtype=torch.float32),
+        "rejected": torch.tensor([pad(r.rejected or [0] * len(r.input_ids), 0) for r in rollouts], dtype=torch.bool),
     }
 
 
@@ -132,6 +158,7 @@ class UpdateConfig:
     temperature: float = 1.0
     recompute_old_logprobs: bool = True
     advantage_reweight_alpha: float = 0.0
+    reinforce_rejected_turns: bool = True
 
 
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
@@ -173,6 +200,8 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                 if config.advantage_reweight_alpha:
                     advantages = reweight_by_probability(advantages, batch["old_logprobs"].to(device), mask,
                                                          config.advantage_reweight_alpha)
+                if not config.reinforce_rejected_turns:
+                    advantages = never_reinforce(advantages, batch["rejected"].to(device))
                 loss, stats = policy_loss(
                     logprobs, batch["old_logprobs"].to(device), advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,

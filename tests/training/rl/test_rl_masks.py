@@ -81,6 +81,27 @@ def test_only_sampled_turns_and_their_end_of_turn_token_are_trained(tiny_world, 
     assert untrained.count("<tool_response>") == 2
 
 
+def test_a_turn_the_environment_rejected_is_marked_and_never_reinforced(tiny_world, tokenizer, query):
+    """An episode that recovers from a malformed turn: with reinforce_rejected_turns false, a positive advantage
+    reaches every sampled token but the malformed turn's, which a negative advantage still reaches."""
+    from components.training.rl.advantages import never_reinforce, token_advantages
+
+    malformed = "<think>oops</think> no call and no answer"
+    turns = [call("SearchAttraction", city=query.dest), malformed, "<think>done</think><answer>no plan</answer>"]
+    record = run(tiny_world, tokenizer, query, turns)
+    assert [t["kind"] for t in record["turns"]][1] == "protocol_error"
+    rollout = rollout_from_record(record, advantage=1.0)
+    rejected_text = tokenizer.decode([t for t, r in zip(rollout.input_ids, rollout.rejected) if r],
+                                     skip_special_tokens=False)
+    assert rejected_text == malformed + "<|im_end|>"
+    batch = pad_batch([rollout, rollout_from_record(record, advantage=-1.0)], pad_id=0)
+    advantages = never_reinforce(token_advantages(batch["advantages"], batch["loss_mask"]), batch["rejected"])
+    reinforced = [t for t, a in zip(rollout.input_ids, advantages[0].tolist()) if a > 0]
+    assert tokenizer.decode(reinforced, skip_special_tokens=False) == (turns[0] + "<|im_end|>" + turns[2]
+                                                                       + "<|im_end|>")
+    assert advantages[1].tolist() == (-batch["loss_mask"][1]).tolist()  # the push-down keeps every sampled token
+
+
 def test_the_generation_prompt_after_a_tool_response_is_prompt_not_policy_output(tiny_world, tokenizer, query):
     record = run(tiny_world, tokenizer, query, [call("SearchAttraction", city=query.dest), "<think>x</think><answer>-</answer>"])
     ids, mask = record["response_ids"], record["response_mask"]

@@ -125,6 +125,27 @@ def test_advantage_reweighting_reaches_the_loss_through_the_update_config(tiny_m
     assert stats["loss"] == pytest.approx(expected, rel=1e-4)
 
 
+def test_rejected_turns_lose_their_positive_advantage_through_the_update_config(tiny_model_dir):
+    """The good episode's first two sampled tokens are a turn the environment rejected: with
+    reinforce_rejected_turns false only its last token keeps A = +1, so at ratio 1 the token-mean loss is
+    -(1 - 3) / 6 (as published: -(3 - 3) / 6 = 0)."""
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, update_policy
+
+    def loss(reinforce: bool) -> float:
+        model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+        good = Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0,
+                       rejected=[0, 0, 1, 1, 0])
+        bad = Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0)
+        optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+        config = UpdateConfig(micro_batch_size=2, reinforce_rejected_turns=reinforce)
+        return update_policy(model, optimizer, [good, bad], config, pad_id=0)["loss"]
+
+    assert loss(False) == pytest.approx(2 / 6, rel=1e-5)
+    assert loss(True) == pytest.approx(0.0, abs=1e-6)
+
+
 def test_a_step_without_signal_leaves_the_weights_alone_despite_adam_momentum(tiny_model_dir):
     """After a step with signal, a step whose advantages are all zero takes no optimizer step: Adam's first moment
     would otherwise keep moving the weights (zero gradient, non-zero update)."""
