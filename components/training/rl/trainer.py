@@ -331,7 +331,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
         update_start = time.perf_counter()
-        rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
+        rollouts = [rollout_from_record(s.record, a, mark_rejected=not params.reinforce_rejected_turns)
+                    for s, a in zip(scored, advantages)]
         ref = None
         if parts.ref_model is not None and rollouts:
             ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,

@@ -57,8 +57,9 @@ def rejected_turn_tokens(record: dict) -> list[int]:
     return out
 
 
-def rollout_from_record(record: dict, advantage: float) -> Rollout:
-    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs, turns)."""
+def rollout_from_record(record: dict, advantage: float, mark_rejected: bool = False) -> Rollout:
+    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs; with
+    `mark_rejected`, also `turns`: which tokens belong to turns the environment rejected)."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
@@ -66,7 +67,7 @@ def rollout_from_record(record: dict, advantage: float) -> Rollout:
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
     return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
                    advantage=float(advantage), old_logprobs=old,
-                   rejected=[0] * len(prompt) + rejected_turn_tokens(record))
+                   rejected=[0] * len(prompt) + rejected_turn_tokens(record) if mark_rejected else None)
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:

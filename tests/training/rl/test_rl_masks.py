@@ -90,11 +90,12 @@ def test_a_turn_the_environment_rejected_is_marked_and_never_reinforced(tiny_wor
     turns = [call("SearchAttraction", city=query.dest), malformed, "<think>done</think><answer>no plan</answer>"]
     record = run(tiny_world, tokenizer, query, turns)
     assert [t["kind"] for t in record["turns"]][1] == "protocol_error"
-    rollout = rollout_from_record(record, advantage=1.0)
+    assert rollout_from_record(record, advantage=1.0).rejected is None  # as published: nothing is marked
+    rollout = rollout_from_record(record, advantage=1.0, mark_rejected=True)
     rejected_text = tokenizer.decode([t for t, r in zip(rollout.input_ids, rollout.rejected) if r],
                                      skip_special_tokens=False)
     assert rejected_text == malformed + "<|im_end|>"
-    batch = pad_batch([rollout, rollout_from_record(record, advantage=-1.0)], pad_id=0)
+    batch = pad_batch([rollout, rollout_from_record(record, advantage=-1.0, mark_rejected=True)], pad_id=0)
     advantages = never_reinforce(token_advantages(batch["advantages"], batch["loss_mask"]), batch["rejected"])
     reinforced = [t for t, a in zip(rollout.input_ids, advantages[0].tolist()) if a > 0]
     assert tokenizer.decode(reinforced, skip_special_tokens=False) == (turns[0] + "<|im_end|>" + turns[2]
