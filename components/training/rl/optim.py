@@ -27,6 +27,26 @@ def require_gpu_extra(module: str, purpose: str) -> None:
         )
 
 
+def select_trainable(model, patterns: list[str] | None) -> list[str]:
+    """Freeze every parameter whose name matches none of `patterns` (shell-style globs over `named_parameters()`
+    names, e.g. `*norm.weight`); None trains them all. Returns the trainable names. The frozen ones keep their
+    weights bit for bit, get no gradient and no optimizer state."""
+    from fnmatch import fnmatchcase
+
+    names = [name for name, _ in model.named_parameters()]
+    if patterns is None:
+        return names
+    chosen = [name for name in names if any(fnmatchcase(name, pattern) for pattern in patterns)]
+    if not chosen:
+        raise UserError(f"rl.trainable_parameters {patterns} matches none of the model's parameters, e.g. "
+                        f"{', '.join(names[:3])} ... {names[-1]}: use shell-style globs such as '*norm.weight', or "
+                        "null to train them all")
+    keep = set(chosen)
+    for name, param in model.named_parameters():
+        param.requires_grad_(name in keep)
+    return chosen
+
+
 def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
     """Multiplier of the base learning rate at scheduler step s: linear warmup, then constant/linear/cosine decay."""
 
@@ -160,8 +180,8 @@ class AccelerateOptimizer:
         GradientState._reset_state()
         plugin = DeepSpeedPlugin(hf_ds_config=deepspeed_config(zero_stage, max_grad_norm))
         self.accelerator = Accelerator(deepspeed_plugin=plugin)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=weight_decay,
-                                      eps=adam_epsilon)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
+                                      weight_decay=weight_decay, eps=adam_epsilon)
         # the schedule drives the base optimizer's param groups, which the ZeRO optimizer shares
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(scheduler, warmup_steps, total_steps))
         self.base_optimizer = optimizer
@@ -201,6 +221,7 @@ class AccelerateOptimizer:
 
 def build_optimizer(model, params, total_steps: int):
     """The optimiser wrapper for `params.distributed.strategy` (RLParams)."""
+    select_trainable(model, params.trainable_parameters)
     warmup = int(params.warmup_ratio * total_steps)
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
                   adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm, scheduler=params.lr_scheduler_type,

@@ -117,6 +117,8 @@ class RLParams(Params):
     weight_decay: float = Field(0.0, ge=0)
     adam_epsilon: float = Field(1e-8, gt=0)  # AdamW's eps: far above the gradients' scale, steps follow the gradient
     max_grad_norm: float = Field(1.0, gt=0)
+    # which weights RL trains: shell-style globs over parameter names (None: all); the rest stay frozen
+    trainable_parameters: list[str] | None = None
     num_iterations: int = Field(1, gt=0)  # passes over each step's rollouts (TRL's num_iterations; PPO epochs)
     mini_batch_size: int | None = Field(None, gt=0)  # trajectories per optimizer step (None: the whole step)
     micro_batch_size: int = Field(4, gt=0)  # trajectories per forward/backward (gradient accumulation)

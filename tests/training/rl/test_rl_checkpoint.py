@@ -98,6 +98,34 @@ def test_a_large_adam_epsilon_makes_the_first_step_follow_the_gradient_not_its_s
     assert first_step(10.0) == pytest.approx([-1e-3 * 1 / 11, -1e-3 * 0.001 / 10.001], rel=1e-4)
 
 
+def test_trainable_parameters_train_only_the_matching_weights_and_leave_the_rest_bit_for_bit():
+    """rl.trainable_parameters: ['*norm.weight'] steps the norm's scale; the linear layer gets no gradient, no optimizer
+    state and keeps its exact weights."""
+    from components.training.rl.optim import build_optimizer
+
+    model = torch.nn.Sequential()
+    model.add_module("proj", torch.nn.Linear(2, 2))
+    model.add_module("norm", torch.nn.LayerNorm(2))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    params = RLParams.model_validate({"learning_rate": 1e-2, "trainable_parameters": ["*norm.weight"]})
+    optimizer = build_optimizer(model, params, total_steps=1)
+    model(torch.tensor([[1.0, -2.0]])).pow(2).sum().backward()
+    optimizer.step()
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed == {"norm.weight"}
+    assert [p.requires_grad for p in model.parameters()] == [False, False, True, False]
+    assert sum(len(group["params"]) for group in optimizer.optimizer.param_groups) == 1
+
+
+def test_trainable_parameters_that_match_nothing_are_refused_with_the_names_to_pick_from():
+    from components.errors import UserError
+    from components.training.rl.optim import build_optimizer
+
+    params = RLParams.model_validate({"trainable_parameters": ["*lora*"]})
+    with pytest.raises(UserError, match=r"matches none .* weight"):
+        build_optimizer(torch.nn.Linear(2, 1), params, total_steps=1)
+
+
 def test_learning_rate_schedules():
     assert [round(lr_lambda("cosine", 2, 6)(s), 3) for s in range(7)] == [0.5, 1.0, 1.0, 0.854, 0.5, 0.146, 0.0]
     assert [lr_lambda("linear", 0, 4)(s) for s in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
