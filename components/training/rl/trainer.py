@@ -217,7 +217,7 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
     from components.agent.loop import Limits
     from components.models.loading import load_policy_model, load_tokenizer
     from components.training.rl.engine import RolloutEngine, build_policy
-    from components.training.rl.optim import build_optimizer
+    from components.training.rl.optim import build_optimizer, select_trainable
     from components.training.rl.update import UpdateConfig
     from components.training.rl.weight_sync import build_weight_sync
 
@@ -229,6 +229,11 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
     if params.beta > 0:  # the reference is the stage's input model, also when resuming
         ref_model = load_policy_model(paths.model, dtype=params.dtype, device=device).eval()
         ref_model.requires_grad_(False)
+    if params.trainable_parameters is not None:  # counted before DeepSpeed partitions the weights
+        select_trainable(model, params.trainable_parameters)
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        print(f"[rl] training {trained:,} of {total:,} weights (rl.trainable_parameters: {params.trainable_parameters})")
     optimizer = build_optimizer(model, params, total_steps)
     policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, params.seed, device)
     limits = Limits(max_turns=params.rollout.max_turns, max_tokens_per_turn=params.rollout.max_tokens_per_turn,

@@ -87,6 +87,30 @@ def test_max_queries_trains_on_a_prefix_of_the_query_file(tmp_path, tiny_model_d
     assert load_state(newest).cursor["num_queries"] == 2
 
 
+def test_trainable_parameters_reach_the_stage_and_an_update_moves_only_those_weights(
+        tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path, capsys):
+    """The stage's parts (as `star rl` builds them) hold only the final norm in the optimizer; an update with
+    opposite advantages moves it and leaves every other weight bit for bit."""
+    import torch
+
+    from components.training.rl.trainer import build_parts
+    from components.training.rl.update import Rollout, update_policy
+
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    params = RLParams.model_validate({**TINY, "trainable_parameters": ["model.norm.weight"]})
+    world, _ = load_world_and_queries(paths)
+    parts = build_parts(params, paths, world, tiny_model_dir, total_steps=1, device="cpu")
+    assert "[rl] training 32 of 37,920 weights" in capsys.readouterr().out
+    model = parts.optimizer.unwrap()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    good = Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0)
+    bad = Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0)
+    stats = update_policy(model, parts.optimizer, [good, bad], parts.update_config, pad_id=parts.pad_id)
+    assert stats["optimizer_steps"] == 1
+    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
+    assert changed == {"model.norm.weight"}
+
+
 def test_the_update_moves_the_weights_when_rewards_differ(tiny_model_dir):
     """One update on hand-made rollouts with opposite advantages changes the policy's log-probabilities."""
     from components.models.loading import load_policy_model
