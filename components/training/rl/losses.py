@@ -6,7 +6,8 @@ policy sampled). Per token t of trajectory i (TRAINING.md, PPO/GRPO/DAPO):
     r_t      = exp(log pi(o_t) - log pi_old(o_t))
     L_t      = -min(r_t * A_t, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A_t)
     KL_t     = exp(ref_t - logp_t) - (ref_t - logp_t) - 1          (Schulman's k3 estimator, >= 0)
-    loss_t   = L_t + beta * KL_t
+    H_t      = -sum_v pi(v) log pi(v)                                (entropy of the whole next-token distribution)
+    loss_t   = L_t + beta * KL_t - entropy_coeff * H_t               (verl's sign: > 0 a bonus, < 0 sharpens)
 
 and the mini-batch loss aggregates loss_t over masked tokens (see `aggregate_loss`). Masked positions are forced to
 r = 1 and KL = 0 before anything else so that a garbage log-probability there (padding, a tool response, -inf)
@@ -127,16 +128,23 @@ def policy_loss(
     minibatch_tokens: int | float | None = None,
     minibatch_sequences: int | None = None,
     max_completion_length: int = 1,
+    entropy_coeff: float = 0.0,
+    entropy: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """loss_t = L_t + beta KL_t aggregated over the micro-batch; returns (loss, stats) with the mean ratio, the clip
-    fractions and the mean KL over sampled tokens. `advantages` is per token (B, T)."""
+    """loss_t = L_t + beta KL_t - entropy_coeff H_t aggregated over the micro-batch; returns (loss, stats) with the
+    mean ratio, the clip fractions and the mean KL over sampled tokens. `advantages` is per token (B, T); `entropy`
+    (B, T, with its gradient) is needed only when entropy_coeff is not 0."""
     if beta and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs (the reference model's log-probabilities)")
+    if entropy_coeff and entropy is None:
+        raise ValueError("entropy_coeff != 0 needs the per-token entropy (B, T) with its gradient")
     ratio = probability_ratio(logprobs, old_logprobs, mask)
     token_loss = clipped_surrogate_loss(ratio, advantages, epsilon, epsilon_high)
     kl = k3_kl(logprobs, ref_logprobs, mask) if ref_logprobs is not None else torch.zeros_like(token_loss)
     if beta:
         token_loss = token_loss + beta * kl
+    if entropy_coeff:
+        token_loss = token_loss - entropy_coeff * torch.where(mask.bool(), entropy, torch.zeros_like(entropy))
     n_tokens = mask.sum().item() if minibatch_tokens is None else minibatch_tokens
     n_seqs = mask.shape[0] if minibatch_sequences is None else minibatch_sequences
     loss = aggregate_loss(token_loss, mask, loss_type, n_tokens, n_seqs, max_completion_length)

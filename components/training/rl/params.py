@@ -127,6 +127,7 @@ class RLParams(Params):
     epsilon: float = Field(0.2, ge=0)
     epsilon_high: float | None = Field(None, ge=0)  # None: = epsilon; DAPO's clip-higher 0.28
     beta: float = Field(0.0, ge=0)  # KL(pi || ref) coefficient (k3 estimator)
+    entropy_coeff: float = 0.0  # loss -= entropy_coeff * H_t on sampled tokens (verl's sign: > 0 bonus, < 0 sharpens)
     loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     scale_rewards: Literal["group", "batch", "none"] = "group"
     negative_advantage_weight: float = Field(1.0, ge=0)  # lambda on A_i < 0 (1: as published; see advantages.py)

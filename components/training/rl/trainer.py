@@ -247,7 +247,8 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
                           micro_batch_size=params.micro_batch_size, temperature=params.rollout.temperature,
                           recompute_old_logprobs=params.old_logprobs == "recompute",
                           advantage_reweight_alpha=params.advantage_reweight_alpha,
-                          reinforce_rejected_turns=params.reinforce_rejected_turns)
+                          reinforce_rejected_turns=params.reinforce_rejected_turns,
+                          entropy_coeff=params.entropy_coeff)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
 

@@ -89,9 +89,12 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
 
 def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
                       positions: torch.Tensor | None = None,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      with_entropy: bool = False,
+                      entropy_map: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) log pi(id_t | ids_<t) of right-padded sequences under logits / temperature (0 at t = 0), and with
-    `with_entropy` the mean entropy of the next-token distributions scored.
+    `with_entropy` the mean entropy of the next-token distributions scored (no gradient). With `entropy_map` the
+    second value is instead the (B, T) entropy H_t of the distribution that predicted id_t, aligned like the
+    log-probs (0 at t = 0 and at unscored positions) and with its gradient, for an entropy term in the loss.
 
     With `positions` (a (B, T) 0/1 mask, e.g. the loss mask), the output layer runs only on the hidden states that
     predict those tokens and every other position holds 0: the (tokens x vocabulary) logits of the tool responses and
@@ -111,6 +114,14 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
         picked = token_logprobs(logits.unsqueeze(0), targets[keep].unsqueeze(0)).squeeze(0)
         scored = torch.zeros(targets.shape, device=device, dtype=picked.dtype).masked_scatter(keep, picked)
     logprobs = torch.cat([torch.zeros(input_ids.shape[0], 1, device=device, dtype=scored.dtype), scored], dim=1)
+    if entropy_map:
+        if positions is None:
+            per_position = token_entropy(logits)
+        else:
+            rows = token_entropy(logits)
+            per_position = torch.zeros(targets.shape, device=device, dtype=rows.dtype).masked_scatter(keep, rows)
+        zero = torch.zeros(input_ids.shape[0], 1, device=device, dtype=per_position.dtype)
+        return logprobs, torch.cat([zero, per_position], dim=1)
     entropy = None
     if with_entropy:
         with torch.no_grad():
@@ -160,13 +171,14 @@ class UpdateConfig:
     recompute_old_logprobs: bool = True
     advantage_reweight_alpha: float = 0.0
     reinforce_rejected_turns: bool = True
+    entropy_coeff: float = 0.0
 
 
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
                   ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
     gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
-    if not rollouts or (config.beta == 0 and all(r.advantage == 0 for r in rollouts)):
+    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and all(r.advantage == 0 for r in rollouts)):
         # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
         # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
@@ -189,9 +201,15 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                 micro = [rollouts[p] for p in positions]
                 batch = pad_batch(micro, pad_id)
                 logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
-                                                      positions=batch["loss_mask"], with_entropy=True)
+                                                      positions=batch["loss_mask"], with_entropy=True,
+                                                      entropy_map=bool(config.entropy_coeff))
                 device = logprobs.device
                 mask = batch["loss_mask"].to(device)
+                entropies = None
+                if config.entropy_coeff:
+                    entropies = entropy
+                    with torch.no_grad():
+                        entropy = (entropies * mask).sum() / mask.sum().clamp(min=1)
                 ref = None
                 if ref_logprobs is not None:
                     width = mask.shape[1]
@@ -207,7 +225,8 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                     logprobs, batch["old_logprobs"].to(device), advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,
                     minibatch_tokens=tokens, minibatch_sequences=len(minibatch),
-                    max_completion_length=config.max_completion_length)
+                    max_completion_length=config.max_completion_length, entropy_coeff=config.entropy_coeff,
+                    entropy=entropies)
                 optimizer.backward(loss, sync=j == len(micros) - 1)
                 n = float(mask.sum().item())
                 stats["entropy"] = entropy.item()

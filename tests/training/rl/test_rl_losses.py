@@ -101,3 +101,18 @@ def test_policy_loss_adds_beta_times_kl():
     assert stats["kl"] == pytest.approx(0.5 + math.log(2) - 1)
     with pytest.raises(ValueError, match="ref_logprobs"):
         policy_loss(logp, logp.detach(), adv, mask, beta=0.1)
+
+
+def test_policy_loss_subtracts_entropy_coeff_times_entropy_on_sampled_tokens_only():
+    # zero advantages: the loss is the entropy term alone. Token-mean over the 2 sampled tokens of
+    # H = [ln 2, 0, 9.9 (masked: a tool response)]: -c * (ln 2 + 0) / 2.
+    logp = torch.tensor([[math.log(0.5), 0.0, -1.0]], requires_grad=True)
+    entropy = torch.tensor([[math.log(2), 0.0, 9.9]], requires_grad=True)
+    adv = torch.zeros(1, 3)
+    mask = torch.tensor([[1, 1, 0]])
+    loss, _ = policy_loss(logp, logp.detach(), adv, mask, entropy_coeff=-0.1, entropy=entropy)
+    assert loss.item() == pytest.approx(0.1 * math.log(2) / 2)
+    loss.backward()
+    assert entropy.grad[0].tolist() == pytest.approx([0.05, 0.05, 0.0])  # d loss / d H_t = -c / tokens, masked: 0
+    with pytest.raises(ValueError, match="per-token entropy"):
+        policy_loss(logp, logp.detach(), adv, mask, entropy_coeff=0.1)

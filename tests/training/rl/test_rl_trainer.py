@@ -294,3 +294,31 @@ def test_step_advantages_weigh_the_worse_episodes_of_each_group_by_the_negative_
     assert len(scored) == 4
     assert adv == pytest.approx([0.5, -0.25, -0.05, 0.1])
     assert step_advantages([group(1.0, 0.0)], "none")[1] == pytest.approx([0.5, -0.5])
+
+
+def test_a_negative_entropy_coeff_sharpens_the_policy_even_when_every_advantage_ties(tiny_model_dir):
+    """entropy_coeff < 0 minimises the entropy of the distributions that sampled the trained tokens: with tied
+    advantages (no reward signal) the step still happens and lowers that entropy; 0 leaves the weights alone."""
+    import torch
+
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, sequence_logprobs, update_policy
+
+    model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+    tied = [Rollout(input_ids=[20, 21, 22, 23, 24, 25], loss_mask=[0, 0, 1, 1, 1, 1], advantage=0.0)]
+    ids, mask = torch.tensor([tied[0].input_ids]), torch.tensor([tied[0].loss_mask], dtype=torch.float32)
+
+    def mean_entropy() -> float:
+        with torch.no_grad():
+            _, per_token = sequence_logprobs(model, ids, 1.0, positions=mask, entropy_map=True)
+        assert per_token.shape == ids.shape and float(per_token[0, :2].abs().sum()) == 0.0  # prompt: unscored
+        return float((per_token * mask).sum() / mask.sum())
+
+    before = mean_entropy()
+    optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+    assert update_policy(model, optimizer, tied, UpdateConfig(micro_batch_size=1), pad_id=0)["optimizer_steps"] == 0
+    stats = update_policy(model, optimizer, tied, UpdateConfig(micro_batch_size=1, entropy_coeff=-1.0), pad_id=0)
+    assert stats["optimizer_steps"] == 1
+    assert stats["entropy"] == pytest.approx(before, rel=1e-4)  # logged: the entropy before this step's update
+    assert mean_entropy() < before - 1e-3
