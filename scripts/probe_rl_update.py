@@ -97,6 +97,17 @@ def main(argv: list[str] | None = None) -> int:
             logprobs, _ = sequence_logprobs(model, ids, temperature)
         return float((logprobs * mask).sum() / mask.sum().clamp(min=1))
 
+    def mean_entropy(rollouts) -> float:
+        """Mean entropy (nats) of the distributions that sampled the episodes' tokens."""
+        total, count = 0.0, 0.0
+        for rollout in rollouts:
+            ids = torch.tensor([rollout.input_ids])
+            mask = torch.tensor([rollout.loss_mask], dtype=torch.float32)
+            with torch.no_grad():
+                _, entropy = sequence_logprobs(model, ids, temperature, positions=mask, entropy_map=True)
+            total, count = total + float((entropy * mask).sum()), count + float(mask.sum())
+        return total / max(count, 1.0)
+
     gaps = []
     for rollout in trained:
         if rollout.old_logprobs is None:
@@ -113,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     print("advantages:     ", [round(a, 2) for a in advantages])
     before = [mean_logprob(r) for r in trained]
     held_before = [mean_logprob(r) for r, _ in held]
-    print(f"{'update':>6} {'grad norm':>9} {'A>0':>8} {'A<0':>8} {'held-out delivered':>19} {'held-out failed':>16}")
+    held_rollouts = [r for r, _ in held]
+    print(f"held-out entropy per sampled token before: {mean_entropy(held_rollouts):.4f} nats")
+    print(f"{'update':>6} {'grad norm':>9} {'A>0':>8} {'A<0':>8} {'held-out delivered':>19} {'held-out failed':>16} "
+          f"{'held-out H':>10}")
     for update in range(1, args.updates + 1):
         stats = update_policy(model, parts.optimizer, [copy.deepcopy(r) for r in trained], parts.update_config,
                               parts.pad_id)
@@ -123,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{mean_or_nan([d for d, a in zip(moved, advantages) if a > 0]):>+8.4f} "
               f"{mean_or_nan([d for d, a in zip(moved, advantages) if a < 0]):>+8.4f} "
               f"{mean_or_nan([d for d, (_, r) in zip(held_moved, held) if r > 0]):>+19.4f} "
-              f"{mean_or_nan([d for d, (_, r) in zip(held_moved, held) if r <= 0]):>+16.4f}")
+              f"{mean_or_nan([d for d, (_, r) in zip(held_moved, held) if r <= 0]):>+16.4f} "
+              f"{mean_entropy(held_rollouts):>10.4f}")
     print("(mean change of log pi per sampled token, nats; nan: no episode of that kind)")
     return 0
 
