@@ -15,6 +15,7 @@ from components.orchestration.presets import (
 REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "params" / "presets"
 REAL_PRESETS = ("qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
+OTHER_PRESETS = (*REAL_PRESETS, "smoke")  # every preset tiny must switch back from
 
 
 def leaves(tree: dict, prefix: str = "") -> dict:
@@ -66,15 +67,15 @@ def test_a_preset_naming_an_unknown_family_is_rejected_with_file_and_key(tmp_pat
         load_preset("typo", tmp_path)
 
 
-@pytest.mark.parametrize("name", ("tiny", *REAL_PRESETS))
+@pytest.mark.parametrize("name", ("tiny", *OTHER_PRESETS))
 def test_shipped_presets_name_only_known_families(name):
     overlay = load_preset(name, PRESETS)
     assert set(overlay) <= set(FAMILIES)
 
 
-def test_tiny_restores_every_key_a_real_preset_sets():
+def test_tiny_restores_every_key_another_preset_sets():
     tiny = set(leaves(yaml.safe_load((PRESETS / "tiny.yaml").read_text())))
-    for name in REAL_PRESETS:
+    for name in OTHER_PRESETS:
         real = set(leaves(yaml.safe_load((PRESETS / f"{name}.yaml").read_text())))
         # a key is restored when tiny sets it, or a whole block above it (teacher.endpoint: null)
         missed = [k for k in real if not any(".".join(k.split(".")[:i]) in tiny for i in range(1, k.count(".") + 2))]
@@ -92,13 +93,33 @@ def test_real_presets_follow_the_paper_recipe():
     assert yaml.safe_load((PRESETS / "qwen2.5-1.5b.yaml").read_text())["rl"]["algorithm"] == "arpo"
 
 
-@pytest.mark.parametrize("name", REAL_PRESETS)
+@pytest.mark.parametrize("name", OTHER_PRESETS)
 def test_every_preset_leaves_params_that_the_stages_accept(name, tmp_path):
     shutil.copytree(REPO / "params", tmp_path / "params")
     apply_preset(name, tmp_path / "params")
     assert check_params(tmp_path / "params") == []
     apply_preset("tiny", tmp_path / "params")
     assert check_params(tmp_path / "params") == []
+
+
+@pytest.mark.parametrize("name", OTHER_PRESETS)
+def test_switching_back_to_tiny_restores_every_value_of_the_params_files(name, tmp_path):
+    def values():
+        return {f.name: yaml.safe_load(f.read_text()) for f in (tmp_path / "params").glob("*.yaml")
+                if f.name != "preset.yaml"}
+
+    shutil.copytree(REPO / "params", tmp_path / "params")
+    before = values()
+    assert apply_preset(name, tmp_path / "params") != []
+    apply_preset("tiny", tmp_path / "params")
+    assert {k: v for k, v in values().items() if k in before} == before
+
+
+def test_smoke_shrinks_every_step_budget_of_the_tiny_pipeline():
+    tiny, smoke = (leaves(yaml.safe_load((PRESETS / f"{n}.yaml").read_text())) for n in ("tiny", "smoke"))
+    budgets = ("model.pretrain_copy.warmup_max_steps", "model.pretrain.max_steps", "sft.max_steps", "rl.max_steps",
+               "queries.sizes.sft", "queries.sizes.rl", "queries.sizes.val", "ood_qa.questions_per_dataset")
+    assert all(smoke[key] * 8 <= tiny[key] for key in budgets), {k: (tiny[k], smoke[k]) for k in budgets}
 
 
 def test_tiny_is_the_current_params_defaults(tmp_path):
