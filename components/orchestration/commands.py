@@ -76,11 +76,14 @@ def preset_use(args: argparse.Namespace) -> int:
 
 def preset_list(args: argparse.Namespace) -> int:
     """Print the available presets, marking the active one."""
-    from components.orchestration.presets import active_preset, available_presets
+    from components.orchestration.presets import active_preset, available_presets, preset_summary
 
     active = active_preset(args.params_dir)
-    for name in available_presets(args.params_dir / "presets"):
-        print(f"{'*' if name == active else ' '} {name}")
+    names = available_presets(args.params_dir / "presets")
+    width = max(map(len, names), default=0)
+    for name in names:
+        summary = preset_summary(name, args.params_dir / "presets")
+        print(f"{'*' if name == active else ' '} {name:<{width}}  {summary}".rstrip())
     return 0
 
 

@@ -55,6 +55,18 @@ def available_presets(presets_dir: Path) -> list[str]:
     return sorted(p.stem for p in presets_dir.glob("*.yaml"))
 
 
+def preset_summary(name: str, presets_dir: Path, width: int = 100) -> str:
+    """The first sentence of a preset file's leading comment, without its `name:` prefix ('' when it has none)."""
+    lines = []
+    for line in (presets_dir / f"{name}.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("#").strip())
+    text = " ".join(lines).removeprefix(f"{name}:").strip()
+    sentence = text.split(". ")[0].rstrip(".")
+    return sentence if len(sentence) <= width else sentence[: width - 3].rstrip() + "..."
+
+
 def load_preset(name: str, presets_dir: Path) -> dict[str, Any]:
     """Read and check one preset overlay: a mapping from known families to mappings."""
     path = presets_dir / f"{name}.yaml"

@@ -31,6 +31,17 @@ def test_preset_use_writes_the_overlay_and_prints_the_changes(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == "* big"
 
 
+def test_preset_list_marks_the_active_preset_and_says_what_each_is(tmp_path, capsys):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "small.yaml").write_text("# small: a quick check. Not a training run.\nsft:\n  epochs: 1\n")
+    (tmp_path / "presets" / "large.yaml").write_text("# large: the paper's recipe on\n# eight GPUs\nsft:\n  epochs: 6\n")
+    assert star("preset", "use", "small", "--params-dir", str(tmp_path)) == 0
+    capsys.readouterr()
+    assert star("preset", "list", "--params-dir", str(tmp_path)) == 0
+    assert capsys.readouterr().out.splitlines() == ["  large  the paper's recipe on eight GPUs",
+                                                    "* small  a quick check"]
+
+
 def test_sweep_variants_parse_into_dvc_overrides():
     assert commands.parse_variants(["macro=params/rl.yaml:rl.reward.kind=macro",
                                     "big=params/rl.yaml:rl.epochs=5,params/sft.yaml:sft.epochs=6"]) == {
