@@ -96,8 +96,21 @@ def _project_root() -> Path:
     return root
 
 
+# Prefect waits 20 s for its temporary (ephemeral) API server, whose first start migrates a fresh database: on a
+# loaded 2-core laptop that took longer, and `star run` died with "Timed out while attempting to connect to ephemeral
+# Prefect API server" (session 27). Read when prefect is imported, so it is set before the flows are.
+EPHEMERAL_STARTUP_TIMEOUT_S = "180"
+
+
+def _patient_ephemeral_server() -> None:
+    """Give Prefect's temporary API server time to start, unless the user set the timeout or a server URL."""
+    if not os.environ.get("PREFECT_API_URL"):
+        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
+
+
 def run_pipeline(args: argparse.Namespace) -> int:
     """Run the pipeline flow and print each stage's status."""
+    _patient_ephemeral_server()
     from flows.pipeline import pipeline
 
     statuses = pipeline(stages=args.stages, preset=args.preset, experiment=args.experiment,
@@ -121,6 +134,7 @@ def parse_variants(specs: list[str]) -> dict[str, list[str]]:
 
 def run_sweep(args: argparse.Namespace) -> int:
     """Run the sweep flow and print each variant's DVC experiment."""
+    _patient_ephemeral_server()
     from flows.sweep import sweep
 
     results = sweep(parse_variants(args.variant), root=str(_project_root()), experiment=args.experiment,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 import yaml
@@ -68,3 +69,20 @@ def test_run_outside_a_project_says_where_to_run_it(tmp_path, monkeypatch):
     monkeypatch.delenv("DVC_ROOT", raising=False)
     with pytest.raises(UserError, match="no dvc.yaml"):
         star("run", "--stages", "world")
+
+
+def test_star_run_gives_prefects_temporary_server_time_to_start_unless_told_otherwise(monkeypatch):
+    key = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv(key, raising=False)
+    commands._patient_ephemeral_server()
+    assert int(os.environ[key]) >= 120  # Prefect's 20 s default timed out on a loaded 2-core laptop
+
+    monkeypatch.setenv(key, "45")  # the user's own setting wins
+    commands._patient_ephemeral_server()
+    assert os.environ[key] == "45"
+
+    monkeypatch.delenv(key)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # a real server: nothing to start
+    commands._patient_ephemeral_server()
+    assert key not in os.environ
