@@ -9,7 +9,10 @@ logged component means, and prints
 
   * each run's first-fifth and last-fifth means (the trainer's `reward_trend` test, on step means), and
   * the paired difference run - control per step: its mean and standard error over all steps and over the last
-    fifth. Learning shows as a positive paired difference, growing over the run; query order cancels out.
+    fifth, and its least-squares slope per step with the slope's standard error. Learning shows as a positive
+    paired difference that grows over the run (a slope well above 0); query order cancels out.
+
+`--steps` adds the per-step table (both rewards, their difference, both format-error rates).
 
 Rescoring is exact because every reward kind is linear in the per-episode components and undelivered episodes score
 the format reward with all components 0: a step's mean reward = the weighted mean of its component means +
@@ -62,6 +65,19 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return mean, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else float("nan"))
 
 
+def slope_se(values: list[float]) -> tuple[float, float]:
+    """Ordinary least-squares slope of `values` against 0, 1, 2, ... and its standard error (nan below 3 points)."""
+    n = len(values)
+    xs = range(n)
+    x_mean, y_mean = (n - 1) / 2, statistics.fmean(values)
+    sxx = sum((x - x_mean) ** 2 for x in xs)
+    slope = sum((x - x_mean) * (y - y_mean) for x, y in zip(xs, values)) / sxx
+    if n < 3:
+        return slope, float("nan")
+    residual = sum((y - y_mean - slope * (x - x_mean)) ** 2 for x, y in zip(xs, values))
+    return slope, math.sqrt(residual / (n - 2) / sxx)
+
+
 def compare(run: list[dict[str, float]], control: list[dict[str, float]], kind: str = "sum",
             format_reward: float = 0.0) -> dict:
     """Trend of each curve and the paired run - control difference over the steps both have."""
@@ -82,12 +98,16 @@ def compare(run: list[dict[str, float]], control: list[dict[str, float]], kind: 
     diff = [x - y for x, y in zip(a, b)]
     all_mean, all_se = mean_se(diff)
     last_mean, last_se = mean_se(diff[-k:])
+    slope, slope_error = slope_se(diff)
+    errors = [{row["step"]: row["format_error_rate"] for row in curve} for curve in (run, control)]
     return {"kind": kind, "steps": len(steps), "steps_per_fifth": k, "run": trend(a), "control": trend(b),
-            "paired": {"mean": all_mean, "se": all_se, "last_fifth_mean": last_mean, "last_fifth_se": last_se},
-            "per_step": [{"step": int(s), "run": x, "control": y} for s, x, y in zip(steps, a, b)]}
+            "paired": {"mean": all_mean, "se": all_se, "last_fifth_mean": last_mean, "last_fifth_se": last_se,
+                       "slope_per_step": slope, "slope_se": slope_error},
+            "per_step": [{"step": int(s), "run": x, "control": y, "run_format_errors": errors[0][s],
+                          "control_format_errors": errors[1][s]} for s, x, y in zip(steps, a, b)]}
 
 
-def report(result: dict) -> str:
+def report(result: dict, per_step: bool = False) -> str:
     def row(name: str, t: dict) -> str:
         return (f"{name:<8} {t['first_fifth']:.4f} -> {t['last_fifth']:.4f}  "
                 f"({t['difference']:+.4f} +- {t['difference_se']:.4f} step-mean SE)")
@@ -98,8 +118,12 @@ def report(result: dict) -> str:
         "         first fifth -> last fifth",
         row("run", result["run"]), row("control", result["control"]),
         f"paired run - control: all steps {p['mean']:+.4f} +- {p['se']:.4f}; "
-        f"last fifth {p['last_fifth_mean']:+.4f} +- {p['last_fifth_se']:.4f}",
-    ])
+        f"last fifth {p['last_fifth_mean']:+.4f} +- {p['last_fifth_se']:.4f}; "
+        f"slope {p['slope_per_step']:+.5f} +- {p['slope_se']:.5f} a step",
+    ] + ([" step     run  control     diff  format errors run / control"] + [
+        f"{r['step']:5d}  {r['run']:.4f}   {r['control']:.4f}  {r['run'] - r['control']:+.4f}  "
+        f"{r['run_format_errors']:.0%} / {r['control_format_errors']:.0%}" for r in result["per_step"]]
+        if per_step else []))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=sorted(KIND_COMPONENTS), default="sum", help="rescore both with it")
     parser.add_argument("--format-reward", type=float, default=0.0, help="rl.reward.format_reward of the runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
+    parser.add_argument("--steps", action="store_true", help="also print the per-step table")
     args = parser.parse_args(argv)
     result = compare(read_curve(args.run), read_curve(args.control), args.kind, args.format_reward)
-    print(report(result))
+    print(report(result, per_step=args.steps))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0

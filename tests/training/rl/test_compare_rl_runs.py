@@ -55,6 +55,17 @@ def test_query_order_cancels_in_the_paired_difference(tmp_path):
     assert result["paired"]["last_fifth_mean"] == pytest.approx(0.045)
     assert result["paired"]["last_fifth_se"] == pytest.approx(0.005)  # stdev(0.04, 0.05) / sqrt 2
     assert result["paired"]["mean"] == pytest.approx(0.015)  # (0.01 + ... + 0.05) / 10
+    # the differences 0 x 5 then 0.01 ... 0.05: least-squares slope sxy / sxx = 0.475 / 82.5 a step
+    assert result["paired"]["slope_per_step"] == pytest.approx(0.475 / 82.5)
+
+
+def test_the_slope_of_the_paired_difference_and_its_standard_error():
+    script = load_script()
+    assert script.slope_se([0.0, 0.1, 0.2, 0.3]) == (pytest.approx(0.1), pytest.approx(0.0))  # a straight line
+    slope, se = script.slope_se([0.0, 0.2, 0.0, 0.2])  # zig-zag: slope 0.2 / 5, residuals -0.04 0.12 -0.12 0.04
+    assert slope == pytest.approx(0.04)
+    assert se == pytest.approx((0.032 / 2 / 5) ** 0.5)  # sqrt(SSR / (n - 2) / sxx), SSR 0.032, sxx 5
+    assert script.slope_se([0.1, 0.3])[1] != script.slope_se([0.1, 0.3])[1]  # two points: no error estimate (nan)
 
 
 def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
@@ -63,7 +74,11 @@ def test_the_command_prints_the_table_and_writes_json(tmp_path, capsys):
     control = write_curve(tmp_path / "control.csv", [0.1, 0.1, 0.1, 0.1])  # one step longer: only shared steps count
     assert script.main([str(run), str(control), "--json", str(tmp_path / "out.json")]) == 0
     out = capsys.readouterr().out
-    assert "over 3 shared steps" in out and "paired run - control" in out
+    assert "over 3 shared steps" in out and "paired run - control" in out and "slope +0.02000" in out  # differences 0, 0.02, 0.04
+    assert "format errors" not in out  # the per-step table only with --steps
+    assert script.main([str(run), str(control), "--steps"]) == 0
+    table = capsys.readouterr().out.splitlines()[-3:]
+    assert table[-1].split() == ["3", "0.0600", "0.0200", "+0.0400", "25%", "/", "25%"]
     assert json.loads((tmp_path / "out.json").read_text())["paired"]["mean"] == pytest.approx(0.02)
 
 
