@@ -24,6 +24,13 @@ set the direction of the whole update; alpha > 0 scales their share down.
 Rejected turns (`reinforce_rejected_turns: false`): a turn the environment rejected as malformed (a protocol error
 it answered with the format reminder) keeps a negative advantage but never gets a positive one. As published, an
 episode that recovers from a malformed turn and delivers a good plan reinforces the malformed turn with the rest.
+
+Turn-level credit for rejected turns (`rejected_turn_advantage`, c < 0): every sampled token of a rejected turn gets
+A_t = c in place of its episode's advantage, in delivered and failed episodes alike (a process reward of c for a
+malformed turn, credited to that turn only). The outcome advantage of a failed episode spreads its push-down over
+every token the episode wrote; holding the turn format is one skill on every query, and this puts its signal on the
+tokens that broke it. Tokens the policy wrote with probability near 1 get almost no gradient from log pi, so the
+push-down lands mostly on the unlikely tokens where the turn went wrong.
 """
 from __future__ import annotations
 
@@ -101,6 +108,11 @@ def reweight_by_probability(advantages: torch.Tensor, old_logprobs: torch.Tensor
     keep = response_mask.bool()
     probability = torch.exp(torch.where(keep, old_logprobs.detach().to(torch.float32), torch.zeros_like(advantages)))
     return torch.where(keep, advantages * (alpha * probability + (1.0 - alpha)), torch.zeros_like(advantages))
+
+
+def rejected_turn_credit(advantages: torch.Tensor, rejected: torch.Tensor, value: float) -> torch.Tensor:
+    """A_t, replaced by `value` on every token of a rejected turn (the episode's advantage elsewhere)."""
+    return torch.where(rejected.bool(), torch.full_like(advantages, float(value)), advantages)
 
 
 def never_reinforce(advantages: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:

@@ -248,6 +248,7 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
                           recompute_old_logprobs=params.old_logprobs == "recompute",
                           advantage_reweight_alpha=params.advantage_reweight_alpha,
                           reinforce_rejected_turns=params.reinforce_rejected_turns,
+                          rejected_turn_advantage=params.rejected_turn_advantage,
                           entropy_coeff=params.entropy_coeff)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
@@ -337,7 +338,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
         update_start = time.perf_counter()
-        rollouts = [rollout_from_record(s.record, a, mark_rejected=not params.reinforce_rejected_turns)
+        rollouts = [rollout_from_record(s.record, a, mark_rejected=(not params.reinforce_rejected_turns
+                                                                   or params.rejected_turn_advantage is not None))
                     for s, a in zip(scored, advantages)]
         ref = None
         if parts.ref_model is not None and rollouts:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from components.training.rl.advantages import never_reinforce, reweight_by_probability, token_advantages
+from components.training.rl.advantages import (never_reinforce, rejected_turn_credit, reweight_by_probability,
+                                               token_advantages)
 from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
 
 
@@ -171,6 +172,7 @@ class UpdateConfig:
     recompute_old_logprobs: bool = True
     advantage_reweight_alpha: float = 0.0
     reinforce_rejected_turns: bool = True
+    rejected_turn_advantage: float | None = None
     entropy_coeff: float = 0.0
 
 
@@ -178,7 +180,9 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                   ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
     gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
-    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and all(r.advantage == 0 for r in rollouts)):
+    turn_credit = bool(config.rejected_turn_advantage) and any(any(r.rejected or ()) for r in rollouts)
+    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and not turn_credit
+                        and all(r.advantage == 0 for r in rollouts)):
         # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
         # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
@@ -221,6 +225,9 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                                                          config.advantage_reweight_alpha)
                 if not config.reinforce_rejected_turns:
                     advantages = never_reinforce(advantages, batch["rejected"].to(device))
+                if config.rejected_turn_advantage is not None:
+                    advantages = rejected_turn_credit(advantages, batch["rejected"].to(device) & mask.bool(),
+                                                      config.rejected_turn_advantage)
                 loss, stats = policy_loss(
                     logprobs, batch["old_logprobs"].to(device), advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,

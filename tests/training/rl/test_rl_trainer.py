@@ -170,6 +170,61 @@ def test_rejected_turns_lose_their_positive_advantage_through_the_update_config(
     assert loss(True) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_rejected_turns_get_the_turn_level_advantage_in_every_episode(tiny_model_dir):
+    """rejected_turn_advantage -1: the good episode's rejected turn (its first two sampled tokens) and the bad
+    episode's (its last two) get A = -1 whatever their episode's advantage, so the per-token advantages are
+    [-1, -1, +1] and [-1, -1, -1] and at ratio 1 the token-mean loss is -(-1 - 1 + 1 - 1 - 1 - 1) / 6 = 4/6."""
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, update_policy
+
+    def loss(value) -> float:
+        model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+        good = Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0,
+                       rejected=[0, 0, 1, 1, 0])
+        bad = Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0,
+                      rejected=[0, 0, 0, 1, 1])
+        optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+        config = UpdateConfig(micro_batch_size=2, rejected_turn_advantage=value)
+        return update_policy(model, optimizer, [good, bad], config, pad_id=0)["loss"]
+
+    assert loss(-1.0) == pytest.approx(4 / 6, rel=1e-5)
+    assert loss(-0.5) == pytest.approx(-(-0.5 - 0.5 + 1 - 1 - 0.5 - 0.5) / 6, rel=1e-5)
+    assert loss(None) == pytest.approx(0.0, abs=1e-6)  # as published: +1 x 3 and -1 x 3
+
+
+def test_a_tied_step_still_trains_its_rejected_turns(tiny_model_dir):
+    """Every group tied (advantage 0 everywhere), but one episode has a rejected turn: with the turn-level
+    advantage the step is taken and lowers that turn's likelihood; without it no step is taken."""
+    import torch
+
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, sequence_logprobs, update_policy
+
+    def step(value):
+        model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+        rollouts = [Rollout(input_ids=[20, 21, 22, 23], loss_mask=[0, 0, 1, 1], advantage=0.0, rejected=[0, 0, 1, 1])]
+        ids = torch.tensor([rollouts[0].input_ids])
+        before = sequence_logprobs(model, ids)[0][0, 2:].sum().item()
+        optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+        stats = update_policy(model, optimizer, rollouts, UpdateConfig(micro_batch_size=1,
+                                                                       rejected_turn_advantage=value), pad_id=0)
+        return stats["optimizer_steps"], sequence_logprobs(model, ids)[0][0, 2:].sum().item() - before
+
+    steps, change = step(-1.0)
+    assert steps == 1 and change < 0
+    assert step(None) == (0, 0.0)
+
+
+def test_the_turn_level_advantage_is_a_penalty():
+    from components.training.rl.params import RLParams
+
+    assert RLParams(rejected_turn_advantage=-1.0).rejected_turn_advantage == -1.0
+    with pytest.raises(ValueError):
+        RLParams(rejected_turn_advantage=0.5)
+
+
 def test_a_step_without_signal_leaves_the_weights_alone_despite_adam_momentum(tiny_model_dir):
     """After a step with signal, a step whose advantages are all zero takes no optimizer step: Adam's first moment
     would otherwise keep moving the weights (zero gradient, non-zero update)."""
