@@ -35,14 +35,18 @@ class Rollout:
         return int(sum(self.loss_mask))
 
 
+REJECTED_KINDS = ("protocol_error", "truncated")  # turn kinds (agent loop's record["turns"]) that were not accepted
+
+
 def rejected_turn_tokens(record: dict) -> list[int]:
-    """Per response token, 1 where it belongs to a turn the environment rejected as a protocol error.
+    """Per response token, 1 where it belongs to a turn the environment did not accept: a protocol error (answered
+    with the format reminder) or a turn cut at the per-turn token limit (`truncated`: never parsed, mostly loops).
 
     Every sampled turn is one run of 1s in `response_mask` (its observation, a run of 0s, separates it from the
     next), and `turns` lists the turns in the same order, so the i-th run is `turns[i]`.
     """
     mask, turns = record["response_mask"], record.get("turns") or []
-    if not any(turn.get("kind") == "protocol_error" for turn in turns):
+    if not any(turn.get("kind") in REJECTED_KINDS for turn in turns):
         return [0] * len(mask)
     starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
     if len(starts) != len(turns):
@@ -50,7 +54,7 @@ def rejected_turn_tokens(record: dict) -> list[int]:
                          "was it written by this version of the agent loop?")
     out = [0] * len(mask)
     for start, turn in zip(starts, turns):
-        if turn.get("kind") == "protocol_error":
+        if turn.get("kind") in REJECTED_KINDS:
             end = start
             while end < len(mask) and mask[end]:
                 out[end] = 1

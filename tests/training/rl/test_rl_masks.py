@@ -103,6 +103,18 @@ def test_a_turn_the_environment_rejected_is_marked_and_never_reinforced(tiny_wor
     assert advantages[1].tolist() == (-batch["loss_mask"][1]).tolist()  # the push-down keeps every sampled token
 
 
+def test_a_turn_cut_at_the_token_limit_is_marked_rejected(tiny_world, tokenizer, query):
+    """A turn that never reached <|im_end|> (the per-turn limit cut it; mostly loops) was never parsed: it is
+    marked with the protocol errors, and exactly its sampled tokens are."""
+    turns = [call("SearchAttraction", city=query.dest), ("cut", 64)]
+    record = run(tiny_world, tokenizer, query, turns, max_tokens_per_turn=16)
+    assert [t["kind"] for t in record["turns"]] == ["tool", "truncated"]
+    rollout = rollout_from_record(record, advantage=-1.0, mark_rejected=True)
+    marked = [t for t, r in zip(rollout.input_ids, rollout.rejected) if r]
+    assert len(marked) == 16 and marked == record["response_ids"][-16:]
+    assert all(m for m, r in zip(rollout.loss_mask, rollout.rejected) if r)
+
+
 def test_the_generation_prompt_after_a_tool_response_is_prompt_not_policy_output(tiny_world, tokenizer, query):
     record = run(tiny_world, tokenizer, query, [call("SearchAttraction", city=query.dest), "<think>x</think><answer>-</answer>"])
     ids, mask = record["response_ids"], record["response_mask"]
