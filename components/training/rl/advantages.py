@@ -23,7 +23,8 @@ set the direction of the whole update; alpha > 0 scales their share down.
 
 Rejected turns (`reinforce_rejected_turns: false`): a turn the environment rejected as malformed (a protocol error
 it answered with the format reminder, or a turn cut at the per-turn token limit, which is never parsed) keeps a
-negative advantage but never gets a positive one. As published, an episode that recovers from a malformed turn and delivers a good plan reinforces the malformed turn with the rest.
+negative advantage but never gets a positive one. As published, an episode that recovers from a malformed turn and
+delivers a good plan reinforces the malformed turn with the rest.
 
 Turn-level credit for rejected turns (`rejected_turn_advantage`, c < 0): every sampled token of a rejected turn gets
 A_t = c in place of its episode's advantage, in delivered and failed episodes alike (a process reward of c for a
