@@ -22,16 +22,16 @@ The gradient of log pi(o_t) is largest for the least likely tokens, so a few rar
 set the direction of the whole update; alpha > 0 scales their share down.
 
 Rejected turns (`reinforce_rejected_turns: false`): a turn the environment rejected as malformed (a protocol error
-it answered with the format reminder, or a turn cut at the per-turn token limit, which is never parsed) keeps a
-negative advantage but never gets a positive one. As published, an episode that recovers from a malformed turn and
+it answered with the format reminder; with `rejected_turn_kinds` also a turn cut at the per-turn token limit, which
+is never parsed) keeps a negative advantage but never gets a positive one. As published, an episode that recovers from a malformed turn and
 delivers a good plan reinforces the malformed turn with the rest.
 
 Turn-level credit for rejected turns (`rejected_turn_advantage`, c < 0): every sampled token of a rejected turn gets
 A_t = c in place of its episode's advantage, in delivered and failed episodes alike (a process reward of c for a
 malformed turn, credited to that turn only). The outcome advantage of a failed episode spreads its push-down over
 every token the episode wrote; holding the turn format is one skill on every query, and this puts its signal on the
-tokens that broke it; on a turn cut at the token limit (a loop, mostly) it is unlikelihood training against the
-repetition (Welleck et al., 2019, arXiv 1908.04319). Tokens the policy wrote with probability near 1 get almost no
+tokens that broke it; on a turn cut at the token limit (`rejected_turn_kinds` with `truncated`; a loop, mostly) it
+is unlikelihood training against the repetition (Welleck et al., 2019, arXiv 1908.04319). Tokens the policy wrote with probability near 1 get almost no
 gradient from log pi, so the push-down lands mostly on the unlikely tokens where the turn went wrong.
 """
 from __future__ import annotations

@@ -338,8 +338,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
         update_start = time.perf_counter()
-        rollouts = [rollout_from_record(s.record, a, mark_rejected=(not params.reinforce_rejected_turns
-                                                                   or params.rejected_turn_advantage is not None))
+        marked = (not params.reinforce_rejected_turns) or params.rejected_turn_advantage is not None
+        rollouts = [rollout_from_record(s.record, a, params.rejected_turn_kinds if marked else ())
                     for s, a in zip(scored, advantages)]
         ref = None
         if parts.ref_model is not None and rollouts:

@@ -35,18 +35,22 @@ class Rollout:
         return int(sum(self.loss_mask))
 
 
-REJECTED_KINDS = ("protocol_error", "truncated")  # turn kinds (agent loop's record["turns"]) that were not accepted
+REJECTED_KINDS = ("protocol_error", "truncated")  # turn kinds (agent loop's record["turns"]) the env did not accept
 
 
-def rejected_turn_tokens(record: dict) -> list[int]:
-    """Per response token, 1 where it belongs to a turn the environment did not accept: a protocol error (answered
-    with the format reminder) or a turn cut at the per-turn token limit (`truncated`: never parsed, mostly loops).
+def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) -> list[int]:
+    """Per response token, 1 where it belongs to a turn of one of `kinds` the environment did not accept: a protocol
+    error (answered with the format reminder) or a turn cut at the per-turn token limit (`truncated`: never parsed,
+    mostly loops).
 
     Every sampled turn is one run of 1s in `response_mask` (its observation, a run of 0s, separates it from the
     next), and `turns` lists the turns in the same order, so the i-th run is `turns[i]`.
     """
     mask, turns = record["response_mask"], record.get("turns") or []
-    if not any(turn.get("kind") in REJECTED_KINDS for turn in turns):
+    unknown = set(kinds) - set(REJECTED_KINDS)
+    if unknown:
+        raise ValueError(f"unknown rejected turn kinds {sorted(unknown)}; choose from {list(REJECTED_KINDS)}")
+    if not any(turn.get("kind") in kinds for turn in turns):
         return [0] * len(mask)
     starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
     if len(starts) != len(turns):
@@ -54,7 +58,7 @@ def rejected_turn_tokens(record: dict) -> list[int]:
                          "was it written by this version of the agent loop?")
     out = [0] * len(mask)
     for start, turn in zip(starts, turns):
-        if turn.get("kind") in REJECTED_KINDS:
+        if turn.get("kind") in kinds:
             end = start
             while end < len(mask) and mask[end]:
                 out[end] = 1
@@ -62,9 +66,9 @@ def rejected_turn_tokens(record: dict) -> list[int]:
     return out
 
 
-def rollout_from_record(record: dict, advantage: float, mark_rejected: bool = False) -> Rollout:
+def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence[str] = ()) -> Rollout:
     """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs; with
-    `mark_rejected`, also `turns`: which tokens belong to turns the environment rejected)."""
+    `rejected_kinds`, also `turns`: which tokens belong to turns of those kinds the environment rejected)."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
@@ -72,7 +76,8 @@ def rollout_from_record(record: dict, advantage: float, mark_rejected: bool = Fa
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
     return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
                    advantage=float(advantage), old_logprobs=old,
-                   rejected=[0] * len(prompt) + rejected_turn_tokens(record) if mark_rejected else None)
+                   rejected=[0] * len(prompt) + rejected_turn_tokens(record, rejected_kinds)
+                   if rejected_kinds else None)
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:

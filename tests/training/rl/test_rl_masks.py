@@ -91,11 +91,11 @@ def test_a_turn_the_environment_rejected_is_marked_and_never_reinforced(tiny_wor
     record = run(tiny_world, tokenizer, query, turns)
     assert [t["kind"] for t in record["turns"]][1] == "protocol_error"
     assert rollout_from_record(record, advantage=1.0).rejected is None  # as published: nothing is marked
-    rollout = rollout_from_record(record, advantage=1.0, mark_rejected=True)
+    rollout = rollout_from_record(record, advantage=1.0, rejected_kinds=["protocol_error"])
     rejected_text = tokenizer.decode([t for t, r in zip(rollout.input_ids, rollout.rejected) if r],
                                      skip_special_tokens=False)
     assert rejected_text == malformed + "<|im_end|>"
-    batch = pad_batch([rollout, rollout_from_record(record, advantage=-1.0, mark_rejected=True)], pad_id=0)
+    batch = pad_batch([rollout, rollout_from_record(record, advantage=-1.0, rejected_kinds=["protocol_error"])], pad_id=0)
     advantages = never_reinforce(token_advantages(batch["advantages"], batch["loss_mask"]), batch["rejected"])
     reinforced = [t for t, a in zip(rollout.input_ids, advantages[0].tolist()) if a > 0]
     assert tokenizer.decode(reinforced, skip_special_tokens=False) == (turns[0] + "<|im_end|>" + turns[2]
@@ -104,12 +104,13 @@ def test_a_turn_the_environment_rejected_is_marked_and_never_reinforced(tiny_wor
 
 
 def test_a_turn_cut_at_the_token_limit_is_marked_rejected(tiny_world, tokenizer, query):
-    """A turn that never reached <|im_end|> (the per-turn limit cut it; mostly loops) was never parsed: it is
-    marked with the protocol errors, and exactly its sampled tokens are."""
+    """A turn that never reached <|im_end|> (the per-turn limit cut it; mostly loops) was never parsed: with
+    `truncated` among the rejected kinds, exactly its sampled tokens are marked."""
     turns = [call("SearchAttraction", city=query.dest), ("cut", 64)]
     record = run(tiny_world, tokenizer, query, turns, max_tokens_per_turn=16)
     assert [t["kind"] for t in record["turns"]] == ["tool", "truncated"]
-    rollout = rollout_from_record(record, advantage=-1.0, mark_rejected=True)
+    assert not any(rollout_from_record(record, advantage=-1.0, rejected_kinds=["protocol_error"]).rejected)
+    rollout = rollout_from_record(record, advantage=-1.0, rejected_kinds=["protocol_error", "truncated"])
     marked = [t for t, r in zip(rollout.input_ids, rollout.rejected) if r]
     assert len(marked) == 16 and marked == record["response_ids"][-16:]
     assert all(m for m, r in zip(rollout.loss_mask, rollout.rejected) if r)
