@@ -4,9 +4,9 @@ On the tiny synthetic world with a model of the tiny preset's size (Qwen2, hidde
 trained on expert trajectories):
   - rollouts: sampled tokens/s of the RolloutEngine (transformers `generate` through the agent loop), every episode
     of a step in one padded batch per turn, side by side with one episode at a time (the baseline);
-  - update: tokens/s of the policy update (forward + backward of the clipped objective, plus the no-grad pass that
-    recomputes the old log-probabilities) on realistic multi-turn expert trajectories, micro-batches of 4 side by side
-    with micro-batches of 1 (the baseline);
+  - update: tokens/s of the policy update (forward + backward of the clipped objective) on realistic multi-turn
+    expert trajectories, micro-batches of 4 side by side with micro-batches of 1 (the baseline); and pi_old read off
+    the update's own pass side by side with a separate no-grad recompute pass (the baseline);
   - a full trainer step (`train`, GRPO, SUM reward): the split between rollout, reward (strict evaluator) and update.
 
     python benchmarks/bench_rl.py            # about 3-5 minutes on 2 cores
@@ -37,7 +37,7 @@ from components.training.rl.engine import RolloutEngine
 from components.training.rl.optim import TorchOptimizer
 from components.training.rl.params import RLParams
 from components.training.rl.trainer import RLPaths, train
-from components.training.rl.update import UpdateConfig, rollout_from_record, update_policy
+from components.training.rl.update import UpdateConfig, fill_logprobs, rollout_from_record, update_policy
 from components.travel.queries import dump_queries
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World
@@ -64,12 +64,18 @@ def rollout_throughput(model, tokenizer, world, queries, group_size: int, max_ba
     return {"episodes": len(records), "sampled": sampled, "wall": wall, "tokens_per_s": sampled / wall}
 
 
-def update_throughput(model, records, micro_batch_size: int, pad_id: int) -> dict:
+def update_throughput(model, records, micro_batch_size: int, pad_id: int, separate_old_pass: bool = False) -> dict:
+    """One GRPO update (one optimizer step) on `records`. `separate_old_pass`: the baseline that first recomputes
+    pi_old in its own no-grad pass over every sequence (what the stage did before session 33) instead of reading it
+    off the update's forward pass."""
     rng = random.Random(0)
     rollouts = [rollout_from_record(r, rng.choice([-1.0, 1.0])) for r in records]
     optimizer = TorchOptimizer(model, 1e-5, 0.0, 1.0, "constant", 0, 1)
     start = time.perf_counter()
-    stats = update_policy(model, optimizer, rollouts, UpdateConfig(micro_batch_size=micro_batch_size), pad_id)
+    if separate_old_pass:
+        fill_logprobs(model, rollouts, micro_batch_size, pad_id, 1.0, overwrite=True)
+    config = UpdateConfig(micro_batch_size=micro_batch_size, recompute_old_logprobs=not separate_old_pass)
+    stats = update_policy(model, optimizer, rollouts, config, pad_id)
     wall = time.perf_counter() - start
     tokens = sum(len(r.input_ids) for r in rollouts)
     return {"tokens": tokens, "trained": stats["trained_tokens"], "wall": wall, "tokens_per_s": tokens / wall}
@@ -126,6 +132,11 @@ def main() -> None:
         pad_id = tokenizer.pad_token_id
         micro4 = update_throughput(model, records, 4, pad_id)
         micro1 = update_throughput(model, records, 1, pad_id)
+        # pi_old from the update's own pass against a separate recompute pass, alternated (A B A B) on a noisy machine
+        reads, separate = [], []
+        for _ in range(2):
+            reads.append(update_throughput(model, records, 4, pad_id)["wall"])
+            separate.append(update_throughput(model, records, 4, pad_id, separate_old_pass=True)["wall"])
         steps = trainer_steps(tmp / "model", tmp / "world", tmp / "rl.jsonl", tmp / "run", args.steps)
 
     mean_len = sum(len(r["prompt_ids"]) + len(r["response_ids"]) for r in records) / len(records)
@@ -151,8 +162,14 @@ def main() -> None:
     out(f"| micro-batch 1 (baseline) | {micro1['tokens']} | {micro1['wall']:.1f} | {micro1['tokens_per_s']:.0f} | 1.00x |")
     out(f"| micro-batch 4 | {micro4['tokens']} | {micro4['wall']:.1f} | {micro4['tokens_per_s']:.0f} | "
         f"{micro4['tokens_per_s'] / micro1['tokens_per_s']:.2f}x |")
-    out("(tokens/s counts every sequence token once; the update reads each twice: the no-grad pass for the old "
-        "log-probabilities and the forward + backward pass.)")
+    out("(tokens/s counts every sequence token once; one update is one optimizer step, so pi_old is read off its own "
+        "forward + backward pass: no separate no-grad pass.)")
+    out()
+    out("| update, micro-batch 4 (best of 2, alternated) | seconds | vs baseline |")
+    out("|---|---:|---:|")
+    out(f"| pi_old recomputed in a separate no-grad pass (baseline, before session 33) | {min(separate):.1f} | 1.00x |")
+    out(f"| pi_old = the update pass's own detached log-probabilities | {min(reads):.1f} | "
+        f"{min(separate) / min(reads):.2f}x |")
     out()
     out("| trainer step (GRPO, SUM, 2 queries x 4) | rollout s | reward s | update s | step s | rollout share |")
     out("|---|---:|---:|---:|---:|---:|")

@@ -122,6 +122,8 @@ class RLParams(Params):
     num_iterations: int = Field(1, gt=0)  # passes over each step's rollouts (TRL's num_iterations; PPO epochs)
     mini_batch_size: int | None = Field(None, gt=0)  # trajectories per optimizer step (None: the whole step)
     micro_batch_size: int = Field(4, gt=0)  # trajectories per forward/backward (gradient accumulation)
+    # pi_old: the trainer's (recompute; read off the update's own pass when a step is one optimizer step) or the
+    # sampler's (rollout: vLLM's bf16 log-probs on GPU)
     old_logprobs: Literal["recompute", "rollout"] = "recompute"
     # objective
     epsilon: float = Field(0.2, ge=0)

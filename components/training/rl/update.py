@@ -185,6 +185,12 @@ class UpdateConfig:
     entropy_coeff: float = 0.0
 
 
+def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
+    """Whether an update is exactly one optimizer step over all `n_rollouts` (one pass, one mini-batch): then no
+    weight changes between the forward passes of its micro-batches, and each pass's log-probabilities are pi_old's."""
+    return config.num_iterations == 1 and (config.mini_batch_size or n_rollouts) >= n_rollouts
+
+
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
                   ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
@@ -196,7 +202,12 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
         # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
         return {"optimizer_steps": 0}
-    recompute = config.recompute_old_logprobs or any(r.old_logprobs is None for r in rollouts)
+    needs_old = config.recompute_old_logprobs or any(r.old_logprobs is None for r in rollouts)
+    # One optimizer step over all rollouts: every micro-batch's forward runs on the weights that define pi_old, so
+    # pi_old is the detached current log-probability (r_t = 1 exactly, the gradient A_t grad log pi) and the extra
+    # no-grad pass over the step's sequences is skipped (TRL does the same when num_iterations is 1).
+    current_is_old = needs_old and is_single_step(config, len(rollouts))
+    recompute = needs_old and not current_is_old
     if recompute:
         fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True)
     totals: dict[str, float] = {}
@@ -218,6 +229,7 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                                                       entropy_map=bool(config.entropy_coeff))
                 device = logprobs.device
                 mask = batch["loss_mask"].to(device)
+                old_logprobs = logprobs.detach() if current_is_old else batch["old_logprobs"].to(device)
                 entropies = None
                 if config.entropy_coeff:
                     entropies = entropy
@@ -230,7 +242,7 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                                        device=device)
                 advantages = token_advantages(batch["advantages"].to(device), mask)
                 if config.advantage_reweight_alpha:
-                    advantages = reweight_by_probability(advantages, batch["old_logprobs"].to(device), mask,
+                    advantages = reweight_by_probability(advantages, old_logprobs, mask,
                                                          config.advantage_reweight_alpha)
                 if not config.reinforce_rejected_turns:
                     advantages = never_reinforce(advantages, batch["rejected"].to(device))
@@ -238,7 +250,7 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                     advantages = rejected_turn_credit(advantages, batch["rejected"].to(device) & mask.bool(),
                                                       config.rejected_turn_advantage)
                 loss, stats = policy_loss(
-                    logprobs, batch["old_logprobs"].to(device), advantages, mask, epsilon=config.epsilon,
+                    logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,
                     minibatch_tokens=tokens, minibatch_sequences=len(minibatch),
                     max_completion_length=config.max_completion_length, entropy_coeff=config.entropy_coeff,

@@ -129,6 +129,40 @@ def test_the_update_moves_the_weights_when_rewards_differ(tiny_model_dir):
     assert sum(after[1][2:]) < sum(before[1][2:])  # the penalised one less likely
 
 
+def test_a_single_step_update_reads_pi_old_from_its_own_forward_pass(tiny_model_dir):
+    """One pass, one mini-batch: pi_old is the detached current log-probability, so the update makes one forward
+    pass per micro-batch (no separate recompute pass) and lands on the same weights as an update handed the
+    recomputed pi_old; with two passes (num_iterations 2) pi_old is recomputed first, once per micro-batch."""
+    import torch
+
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, is_single_step, update_policy
+
+    def rollouts():
+        return [Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0),
+                Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0)]
+
+    def train(config: UpdateConfig, prefill: bool):
+        model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+        batch = rollouts()
+        if prefill:
+            fill_logprobs(model, batch, 1, 0, 1.0, overwrite=True)
+        calls = []
+        model.get_decoder().register_forward_hook(lambda *_: calls.append(1))
+        stats = update_policy(model, TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1), batch, config, pad_id=0)
+        return model, len(calls), stats
+
+    reused, reused_calls, stats = train(UpdateConfig(micro_batch_size=1), prefill=False)
+    handed, _, _ = train(UpdateConfig(micro_batch_size=1, recompute_old_logprobs=False), prefill=True)
+    assert reused_calls == 2 and stats["processed_tokens"] == 10 and stats["ratio_mean"] == 1.0
+    for (name, a), b in zip(reused.named_parameters(), handed.parameters()):
+        assert torch.allclose(a, b, atol=1e-7), name
+    _, two_pass_calls, two_pass = train(UpdateConfig(micro_batch_size=1, num_iterations=2), prefill=False)
+    assert two_pass_calls == 2 + 4 and two_pass["processed_tokens"] == 30
+    assert is_single_step(UpdateConfig(mini_batch_size=8), 8) and not is_single_step(UpdateConfig(mini_batch_size=4), 8)
+
+
 def test_advantage_reweighting_reaches_the_loss_through_the_update_config(tiny_model_dir):
     """With alpha 1 each sampled token's advantage is scaled by its probability: at ratio 1 the token-mean loss is
     -(sum of the good episode's token probabilities - the bad one's) / 6 trained tokens (0 without reweighting)."""
