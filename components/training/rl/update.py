@@ -35,13 +35,38 @@ class Rollout:
         return int(sum(self.loss_mask))
 
 
-REJECTED_KINDS = ("protocol_error", "truncated")  # turn kinds (agent loop's record["turns"]) the env did not accept
+REJECTED_KINDS = ("protocol_error", "truncated", "loop")  # which sampled tokens of the agent loop's record["turns"]
+# the env did not accept: protocol errors, turns cut at the per-turn token limit, or only the repeating tail of a cut turn
+LOOP_MIN_TOKENS = 32  # a cut turn's tail is a loop when at least this many tokens repeat an earlier stretch ...
+LOOP_MAX_PERIOD = 32  # ... of at most this many tokens
+
+
+def repeating_tail(ids: Sequence[int], min_tokens: int = LOOP_MIN_TOKENS, max_period: int = LOOP_MAX_PERIOD,
+                   slack: int = 2) -> int | None:
+    """Where the loop that runs to the end of `ids` starts repeating: the index of the first token that copies the
+    token `period` places before it, for the period (1 to `max_period` tokens) whose repetition reaches furthest
+    back; None unless at least `min_tokens` tokens repeat. Up to `slack` tokens at the very end may break the pattern
+    (a turn cut mid-unit). `a b c d e f e f e f` -> 6 (the second `e`): the first `e f` is the loop's first copy,
+    written before the policy started repeating itself."""
+    for cut in range(min(slack, len(ids)) + 1):
+        n = len(ids) - cut
+        best_start, best_repeated = None, 0
+        for period in range(1, min(max_period, n // 2) + 1):
+            start = n  # the repeated stretch [start, n): ids[j] == ids[j - period] for every j in it
+            while start - 1 >= period and ids[start - 1] == ids[start - 1 - period]:
+                start -= 1
+            if n - start > best_repeated:
+                best_start, best_repeated = start, n - start
+        if best_repeated >= min_tokens:
+            return best_start
+    return None
 
 
 def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) -> list[int]:
     """Per response token, 1 where it belongs to a turn of one of `kinds` the environment did not accept: a protocol
-    error (answered with the format reminder) or a turn cut at the per-turn token limit (`truncated`: never parsed,
-    mostly loops).
+    error (answered with the format reminder), a turn cut at the per-turn token limit (`truncated`: never parsed,
+    mostly loops), or only the repeating tail of such a cut turn (`loop`, see `repeating_tail`: the tokens that copy
+    the ones just before them; the plan the turn was writing before it looped is left alone).
 
     Every sampled turn is one run of 1s in `response_mask` (its observation, a run of 0s, separates it from the
     next), and `turns` lists the turns in the same order, so the i-th run is `turns[i]`.
@@ -50,7 +75,9 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
     unknown = set(kinds) - set(REJECTED_KINDS)
     if unknown:
         raise ValueError(f"unknown rejected turn kinds {sorted(unknown)}; choose from {list(REJECTED_KINDS)}")
-    if not any(turn.get("kind") in kinds for turn in turns):
+    whole = {kind for kind in kinds if kind != "loop"}
+    looping = "loop" in kinds
+    if not any(turn.get("kind") in whole or (looping and turn.get("kind") == "truncated") for turn in turns):
         return [0] * len(mask)
     starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
     if len(starts) != len(turns):
@@ -58,11 +85,19 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
                          "was it written by this version of the agent loop?")
     out = [0] * len(mask)
     for start, turn in zip(starts, turns):
-        if turn.get("kind") in kinds:
-            end = start
-            while end < len(mask) and mask[end]:
-                out[end] = 1
-                end += 1
+        end = start
+        while end < len(mask) and mask[end]:
+            end += 1
+        if turn.get("kind") in whole:
+            first = start
+        elif looping and turn.get("kind") == "truncated":
+            tail = repeating_tail(record["response_ids"][start:end])
+            if tail is None:
+                continue
+            first = start + tail
+        else:
+            continue
+        out[first:end] = [1] * (end - first)
     return out
 
 

@@ -24,7 +24,8 @@ def call(tool: str, **arguments) -> str:
 
 class ScriptedTokenPolicy:
     """A token backend that plays a script: turn k of every episode is `script[k]`. A turn given as
-    ("cut", n) samples n tokens and never reaches `<|im_end|>` (the per-turn limit cuts it)."""
+    ("cut", n) or ("cut", n, text) samples the first tokens of a long text and never reaches `<|im_end|>` (the
+    per-turn limit of n tokens cuts it)."""
 
     def __init__(self, tokenizer, script):
         self.tokenizer = tokenizer
@@ -36,7 +37,8 @@ class ScriptedTokenPolicy:
         for request in requests:
             turn = self.script[sum(m["role"] == "assistant" for m in request.messages)]
             if isinstance(turn, tuple):
-                ids = self.tokenizer.encode("<think>" + "plan " * 50, add_special_tokens=False)[: request.max_new_tokens]
+                text = turn[2] if len(turn) > 2 else "<think>" + "plan " * 50
+                ids = self.tokenizer.encode(text, add_special_tokens=False)[: request.max_new_tokens]
                 results.append(TurnResult(self.tokenizer.decode(ids), ids, [SAMPLED_LOGPROB] * len(ids), finished=False))
             else:
                 ids = self.tokenizer.encode(turn, add_special_tokens=False) + [self.end_id]
@@ -114,6 +116,43 @@ def test_a_turn_cut_at_the_token_limit_is_marked_rejected(tiny_world, tokenizer,
     marked = [t for t, r in zip(rollout.input_ids, rollout.rejected) if r]
     assert len(marked) == 16 and marked == record["response_ids"][-16:]
     assert all(m for m, r in zip(rollout.loss_mask, rollout.rejected) if r)
+
+
+def test_only_the_repeating_tail_of_a_cut_turn_is_marked_as_a_loop(tiny_world, tokenizer, query):
+    """`loop` marks the tokens of a cut turn that repeat the ones before them: not the plan the turn was writing,
+    nor the loop's first copy; `truncated` marks the whole cut turn; a cut turn that does not loop gets no mark."""
+    prefix = f"<think>Day 1: current_city from {query.org} to {query.dest}"
+    looping = [call("SearchAttraction", city=query.dest), ("cut", 96, prefix + " del" * 120)]
+    record = run(tiny_world, tokenizer, query, looping, max_tokens_per_turn=96)
+    cut = record["response_ids"][-96:]
+
+    def marked(kinds):
+        rollout = rollout_from_record(record, advantage=-1.0, rejected_kinds=kinds)
+        return [t for t, r in zip(rollout.input_ids, rollout.rejected) if r]
+
+    tail = marked(["loop"])
+    head = cut[: len(cut) - len(tail)]
+    assert tokenizer.decode(head) == prefix + " del"
+    assert ("del" * 120).startswith(tokenizer.decode(tail).replace(" ", ""))  # " del del ... d": cut mid-unit
+    assert len(tail) >= 32 and tail == cut[len(head):]
+    assert marked(["truncated"]) == cut and marked(["loop", "truncated"]) == cut
+    counting = [call("SearchAttraction", city=query.dest), ("cut", 96, " ".join(str(i) for i in range(400)))]
+    record = run(tiny_world, tokenizer, query, counting, max_tokens_per_turn=96)
+    assert marked(["loop"]) == [] and len(marked(["truncated"])) == 96
+
+
+@pytest.mark.parametrize("ids, expected", [
+    (list("abcdefefef"), 6),         # period 2: the second `e f` is the first copy of a copy
+    (list("xyz") + ["del"] * 40, 4),  # period 1: every `del` after the first
+    (list("xy") + list("abc") * 12 + ["a"], 5),  # a unit cut at the end (the slack)
+    (list(range(100)), None),       # nothing repeats
+    (list("ab") * 10, None),        # too short a loop (18 repeated tokens < 32)
+])
+def test_repeating_tail_finds_where_a_loop_starts_copying_itself(ids, expected):
+    from components.training.rl.update import repeating_tail
+
+    min_tokens = 4 if expected == 6 else 32
+    assert repeating_tail(ids, min_tokens=min_tokens) == expected
 
 
 def test_the_generation_prompt_after_a_tool_response_is_prompt_not_policy_output(tiny_world, tokenizer, query):

@@ -255,6 +255,9 @@ def test_the_turn_level_advantage_is_a_penalty():
     from components.training.rl.params import RLParams
 
     assert RLParams(rejected_turn_advantage=-1.0).rejected_turn_advantage == -1.0
+    assert RLParams(rejected_turn_kinds=["protocol_error", "loop"]).rejected_turn_kinds == ["protocol_error", "loop"]
+    with pytest.raises(ValueError):
+        RLParams(rejected_turn_kinds=["loops"])
     with pytest.raises(ValueError):
         RLParams(rejected_turn_advantage=0.5)
 
