@@ -197,3 +197,16 @@ def test_the_expert_on_the_45_real_training_queries(real_world):
     official = sum(r["evaluation"]["official"]["final_pass"] for r in records) / len(records)
     print(f"expert on the 45 real training queries: strict final pass {rate:.1%}, official {official:.1%}")
     assert len(records) == 45 and rate >= 0.9
+
+
+def test_the_expert_never_invents_a_name_and_its_slips_are_found(tiny_world, expert_records, many_queries):
+    """`components.travel.names` on the expert's episodes: every name it writes is the world's or one it was shown
+    (so FORMAT_WORDS covers its thinks), and each deliberately slipped city (slip_rate) is found as invented."""
+    from components.travel.names import episode_invented_names, world_name_words
+
+    world_words = world_name_words(tiny_world)
+    assert all(episode_invented_names(r["messages"], world_words) == [] for r in expert_records)
+    slipped = rollout(tiny_world, many_queries[:30], slip_rate=0.3, seed=2)
+    found = [n.word for r in slipped for n in episode_invented_names(r["messages"], world_words)]
+    assert len(found) >= 20
+    assert set(found) <= {slip_name(city) for city in tiny_world.cities}

@@ -32,7 +32,9 @@ malformed turn, credited to that turn only). The outcome advantage of a failed e
 every token the episode wrote; holding the turn format is one skill on every query, and this puts its signal on the
 tokens that broke it; on a turn cut at the token limit (`rejected_turn_kinds` with `truncated`; a loop, mostly) it
 is unlikelihood training against the repetition (Welleck et al., 2019, arXiv 1908.04319), and with `loop` it reaches
-only the cut turn's repeating tail (`update.repeating_tail`), not the plan the turn was writing before it looped. Tokens the policy wrote
+only the cut turn's repeating tail (`update.repeating_tail`), not the plan the turn was writing before it looped; with
+`name_slip` it reaches the one token where a name the policy coined left every name it had been shown
+(`name_slips.NameSlipMarker`). Tokens the policy wrote
 with probability near 1 get almost no gradient from log pi, so the push-down lands mostly on the unlikely tokens
 where the turn went wrong.
 """

@@ -136,9 +136,11 @@ class RLParams(Params):
     advantage_reweight_alpha: float = Field(0.0, ge=0, le=1)  # A_t *= alpha pi_old(o_t) + 1 - alpha (0: off)
     reinforce_rejected_turns: bool = True  # False: turns the env rejected as malformed get no positive advantage
     rejected_turn_advantage: float | None = Field(None, le=0)  # A_t on rejected turns' tokens (None: the episode's)
-    # which turns count as rejected for the two knobs above: protocol errors, turns cut at the per-turn token limit
-    # (truncated), or only the repeating tail of a cut turn (loop)
-    rejected_turn_kinds: list[Literal["protocol_error", "truncated", "loop"]] = Field(["protocol_error"], min_length=1)
+    # which tokens count as rejected for the two knobs above: turns with protocol errors, turns cut at the per-turn
+    # token limit (truncated), only the repeating tail of a cut turn (loop), or the token where the policy coined a
+    # name it had not been shown (name_slip; components/training/rl/name_slips.py)
+    rejected_turn_kinds: list[Literal["protocol_error", "truncated", "loop", "name_slip"]] = Field(
+        ["protocol_error"], min_length=1)
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
     reward: RewardParams = RewardParams()
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()

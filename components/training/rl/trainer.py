@@ -209,6 +209,7 @@ class Parts:
     ref_model: object | None
     update_config: object  # update.UpdateConfig
     pad_id: int
+    name_slips: object | None = None  # name_slips.NameSlipMarker when rl.rejected_turn_kinds has name_slip
 
 
 def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_steps: int, device: str) -> Parts:
@@ -251,7 +252,13 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
                           rejected_turn_advantage=params.rejected_turn_advantage,
                           entropy_coeff=params.entropy_coeff)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
+    name_slips = None
+    if "name_slip" in params.rejected_turn_kinds:
+        from components.training.rl.name_slips import NameSlipMarker
+        from components.travel.names import world_name_words
+
+        name_slips = NameSlipMarker(world_name_words(world), tokenizer)
+    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, name_slips)
 
 
 def step_advantages(groups: list[list[Scored]], scale_rewards: str, negative_weight: float = 1.0):
@@ -339,8 +346,10 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
         update_start = time.perf_counter()
         marked = (not params.reinforce_rejected_turns) or params.rejected_turn_advantage is not None
-        rollouts = [rollout_from_record(s.record, a, params.rejected_turn_kinds if marked else ())
-                    for s, a in zip(scored, advantages)]
+        slips = [parts.name_slips.marks(s.record) for s in scored] if parts.name_slips else [None] * len(scored)
+        rollouts = [rollout_from_record(s.record, a, params.rejected_turn_kinds if marked else (),
+                                        slip if marked else None)
+                    for s, a, slip in zip(scored, advantages, slips)]
         ref = None
         if parts.ref_model is not None and rollouts:
             ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,
@@ -357,6 +366,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
                    "update": update_seconds, "step": time.perf_counter() - step_start}
         metrics = step_metrics(batch, stats, seconds, len(scored))
         metrics.update({"progress/epoch": cursor.epoch, "progress/fraction": progress})
+        if parts.name_slips and scored:  # words coined an episode (first occurrences; components/travel/names.py)
+            metrics["episode/invented_names"] = sum(sum(slip) for slip in slips) / len(scored)
         log(metrics, step)
         row = csv_row(step, metrics)
         history.append(row)

@@ -35,8 +35,9 @@ class Rollout:
         return int(sum(self.loss_mask))
 
 
-REJECTED_KINDS = ("protocol_error", "truncated", "loop")  # which sampled tokens of the agent loop's record["turns"]
-# the env did not accept: protocol errors, turns cut at the per-turn token limit, or only the repeating tail of a cut turn
+REJECTED_KINDS = ("protocol_error", "truncated", "loop", "name_slip")  # which sampled tokens count as rejected:
+# turns of the agent loop's record["turns"] the env did not accept (protocol errors, turns cut at the per-turn token
+# limit, or only the repeating tail of a cut turn), or the tokens that coined a name (name_slips.NameSlipMarker)
 LOOP_MIN_TOKENS = 32  # a cut turn's tail is a loop when at least this many tokens repeat an earlier stretch ...
 LOOP_MAX_PERIOD = 32  # ... of at most this many tokens
 
@@ -75,7 +76,7 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
     unknown = set(kinds) - set(REJECTED_KINDS)
     if unknown:
         raise ValueError(f"unknown rejected turn kinds {sorted(unknown)}; choose from {list(REJECTED_KINDS)}")
-    whole = {kind for kind in kinds if kind != "loop"}
+    whole = {kind for kind in kinds if kind not in ("loop", "name_slip")}  # name slips: name_slips.py
     looping = "loop" in kinds
     if not any(turn.get("kind") in whole or (looping and turn.get("kind") == "truncated") for turn in turns):
         return [0] * len(mask)
@@ -101,18 +102,27 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
     return out
 
 
-def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence[str] = ()) -> Rollout:
+def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence[str] = (),
+                        name_slips: Sequence[int] | None = None) -> Rollout:
     """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs; with
-    `rejected_kinds`, also `turns`: which tokens belong to turns of those kinds the environment rejected)."""
+    `rejected_kinds`, also `turns`: which tokens belong to turns of those kinds the environment rejected; with
+    `name_slips` (per response token, from `NameSlipMarker.marks`) those tokens count as rejected too)."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
     logprobs = record.get("response_logprobs")
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
+    rejected = None
+    if rejected_kinds or name_slips is not None:
+        rejected = rejected_turn_tokens(record, rejected_kinds) if rejected_kinds else [0] * len(response)
+        if name_slips is not None:
+            if len(name_slips) != len(response):
+                raise ValueError(f"record {record.get('idx')}: {len(name_slips)} name-slip marks for "
+                                 f"{len(response)} response ids")
+            rejected = [int(a or b) for a, b in zip(rejected, name_slips)]
+        rejected = [0] * len(prompt) + rejected
     return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
-                   advantage=float(advantage), old_logprobs=old,
-                   rejected=[0] * len(prompt) + rejected_turn_tokens(record, rejected_kinds)
-                   if rejected_kinds else None)
+                   advantage=float(advantage), old_logprobs=old, rejected=rejected)
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:

@@ -252,3 +252,30 @@ def test_scoring_only_trained_positions_matches_the_full_output_layer(tiny_model
         only, _ = sequence_logprobs(model, ids, temperature=0.7, positions=trained)
     assert torch.allclose(only[trained.bool()], full[trained.bool()], atol=1e-5)
     assert only[~trained.bool()].abs().max().item() == 0.0
+
+
+def test_the_token_that_coined_a_name_is_marked_once_as_a_name_slip(tiny_world, tokenizer, query):
+    """`name_slip` marks the one sampled token where a name the policy wrote leaves every name it could have copied:
+    here the first token past the destination's name in a call that ran on after it, and the `"` that ended a name a
+    syllable short. The run-on name is marked where it was first written, not again after the tool's error echoed
+    it back; a name copied right gets no mark."""
+    from components.training.rl.name_slips import NameSlipMarker
+    from components.travel.names import world_name_words
+
+    run_on, short = query.dest + "zorqua", query.org[:-2]
+    turns = [call("SearchAttraction", city=run_on), call("SearchRestaurant", city=run_on),
+             call("SearchAccommodation", city=short), call("SearchRestaurant", city=query.dest)]
+    record = run(tiny_world, tokenizer, query, turns)
+    marks = NameSlipMarker(world_name_words(tiny_world), tokenizer).marks(record)
+    assert len(marks) == len(record["response_ids"]) and sum(marks) == 2
+    starts = [i for i, m in enumerate(record["response_mask"]) if m and (i == 0 or not record["response_mask"][i - 1])]
+    for turn, slip in ((0, turns[0].index(run_on) + len(query.dest)), (2, turns[2].index(short) + len(short))):
+        start = starts[turn]
+        marked = start + marks[start:].index(1)
+        before = tokenizer.decode(record["response_ids"][start:marked], skip_special_tokens=False)
+        upto = tokenizer.decode(record["response_ids"][start:marked + 1], skip_special_tokens=False)
+        assert len(before) <= slip < len(upto), (before, upto)
+    rollout = rollout_from_record(record, advantage=0.5, rejected_kinds=["name_slip"], name_slips=marks)
+    assert rollout.rejected == [0] * len(record["prompt_ids"]) + marks
+    with pytest.raises(ValueError, match="name-slip marks"):
+        rollout_from_record(record, advantage=0.5, rejected_kinds=["name_slip"], name_slips=marks[:-1])

@@ -61,6 +61,24 @@ def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny
         assert metrics["batch/trajectories"] == 3 and "arpo/branches" in metrics
 
 
+def test_name_slips_reach_the_stage_and_their_count_is_logged(tmp_path, tiny_model_dir, tiny_world_dir,
+                                                             rl_queries_path):
+    """With `name_slip` among the rejected kinds the stage builds the marker over its world and logs how many names
+    an episode coined; without it, neither."""
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    logged = []
+    params = RLParams.model_validate({**TINY, "max_steps": 1, "rejected_turn_advantage": -1.0,
+                                      "rejected_turn_kinds": ["protocol_error", "name_slip"]})
+    train(params, paths, log=lambda metrics, step: logged.append(metrics), progress_bar=False)
+    (metrics,) = logged
+    assert metrics["episode/invented_names"] >= 0
+    logged.clear()
+    train(RLParams.model_validate({**TINY, "max_steps": 1}), paths_in(tmp_path / "b", tiny_model_dir, tiny_world_dir,
+                                                                      rl_queries_path),
+          log=lambda metrics, step: logged.append(metrics), progress_bar=False)
+    assert "episode/invented_names" not in logged[0]
+
+
 def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_steps(tmp_path, tiny_model_dir,
                                                                                   tiny_world_dir, rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
@@ -256,6 +274,7 @@ def test_the_turn_level_advantage_is_a_penalty():
 
     assert RLParams(rejected_turn_advantage=-1.0).rejected_turn_advantage == -1.0
     assert RLParams(rejected_turn_kinds=["protocol_error", "loop"]).rejected_turn_kinds == ["protocol_error", "loop"]
+    assert RLParams(rejected_turn_kinds=["name_slip"]).rejected_turn_kinds == ["name_slip"]
     with pytest.raises(ValueError):
         RLParams(rejected_turn_kinds=["loops"])
     with pytest.raises(ValueError):
