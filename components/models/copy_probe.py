@@ -231,7 +231,8 @@ def copy_probe_report(model, tokenizer, copy_params, records: list[dict] | None 
     - `long`: as many records of `copy_params.recap_rounds` rounds ending with a recap (1,000-2,000 tokens, an
       episode's length): the same skills plus `copy_accuracy_by_distance`. A base pre-trained only on short
       sequences copies far worse here, even from a few tokens back (docs/tiny_preset.md, session 8).
-    - `records` (optional, e.g. held-out SFT records): `copy_accuracy_by_distance` on the first `examples`.
+    - `records` (optional, e.g. held-out SFT records): `copy_accuracy_by_distance` and the listing names' copying by
+      part (`components.models.name_copy`) on the first `examples`.
     """
     from components.synthesis.copy_task import copy_records
     from components.training.sft import build_examples
@@ -248,10 +249,13 @@ def copy_probe_report(model, tokenizer, copy_params, records: list[dict] | None 
             report[name]["by_distance"] = copy_accuracy_by_distance(model, encoded, tokenizer.pad_token_id,
                                                                     micro_batch_size)
     if records:
+        from components.models.name_copy import name_copy_accuracy
+
         encoded, _ = build_examples(tokenizer, records[:examples], cutoff_len, "drop", source="probe records")
         report["records"] = {"examples": len(encoded), "median_tokens": median_length(encoded),
                              "by_distance": copy_accuracy_by_distance(model, encoded, tokenizer.pad_token_id,
-                                                                      micro_batch_size)}
+                                                                      micro_batch_size),
+                             "names": name_copy_accuracy(model, tokenizer, records[:examples], max_tokens=cutoff_len)}
     return report
 
 
@@ -265,5 +269,9 @@ def format_report(report: dict) -> str:
         head = f"{name}: {part['examples']} examples, median {part['median_tokens']} tokens"
         skills = ", ".join(f"{k} {pct(v)}" for k, v in part.get("copy_accuracy", {}).items())
         distance = ", ".join(f"{k} {pct(v['accuracy'])}" for k, v in part.get("by_distance", {}).items())
-        lines.append("; ".join(x for x in (head, skills, distance and f"copies by distance back: {distance}") if x))
+        names = part.get("names") or {}
+        copied = names.get("names") and ", ".join(f"{k.replace('_', ' ')} {pct(names[k]['accuracy'])}"
+                                                  for k in ("first", "middle", "last_word", "whole"))
+        lines.append("; ".join(x for x in (head, skills, distance and f"copies by distance back: {distance}",
+                                           copied and f"{names['names']} listing names copied: {copied}") if x))
     return "\n".join(lines)

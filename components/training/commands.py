@@ -54,8 +54,13 @@ def sft(args: argparse.Namespace) -> int:
         if evaluation and params.copy_probe_examples:  # how far back the checkpoint can copy from (held-out records)
             from components.models.copy_probe import copy_accuracy_by_distance
 
+            from components.models.name_copy import name_copy_accuracy
+
             summary["copy_accuracy_by_distance"] = copy_accuracy_by_distance(
                 model, evaluation[:params.copy_probe_examples], tokenizer.pad_token_id, params.micro_batch_size)
+            # the listing names a plan must copy exactly, by part (first token, middle, last word, whole name)
+            summary["name_copy_accuracy"] = name_copy_accuracy(
+                model, tokenizer, eval_records[:params.copy_probe_examples], max_tokens=params.cutoff_len)
         if replay:  # does the checkpoint still copy as its base did (fresh records the replay never showed)?
             summary["copy_replay_probe"] = replay_probe(model, tokenizer, params)
         args.metrics.parent.mkdir(parents=True, exist_ok=True)

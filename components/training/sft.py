@@ -86,8 +86,9 @@ class SFTParams(Params):
     cpu_threads: int | None = Field(
         None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
     copy_probe_examples: int = Field(
-        64, ge=0, description="held-out examples on which the sft stage measures copying by distance "
-                              "(metrics/sft.json copy_accuracy_by_distance; 0: skip)")
+        64, ge=0, description="held-out examples on which the sft stage measures copying by distance and the "
+                              "copying of listing names (metrics/sft.json copy_accuracy_by_distance, "
+                              "name_copy_accuracy; 0: skip)")
     copy_replay: CopyTaskParams | None = Field(
         None, description="copy-task records (`model.pretrain_copy`'s keys; `records` of them, drawn with their own "
                           "`seed`) trained alongside the SFT records, so the base's in-context copying is not "
@@ -133,26 +134,34 @@ def encode_record(tokenizer, messages: list[dict]) -> SFTExample:
     `{content}<|im_end|>` with mask 1 if its `train` flag is true (default) and 0 otherwise; each following user
     message (a tool response) is a tool segment (mask 0) whose special-token text is neutralised.
     """
+    ids: list[int] = []
+    mask: list[int] = []
+    for _, segment, trained in encode_segments(tokenizer, messages):
+        ids.extend(segment)
+        mask.extend([trained] * len(segment))
+    return SFTExample(input_ids=ids, mask=mask)
+
+
+def encode_segments(tokenizer, messages: list[dict]) -> list[tuple[dict | None, list[int], int]]:
+    """The segments `encode_record` joins, in order: (message, its ids, mask value). The prompt comes first with
+    message None; then each assistant turn and each tool response, so a turn's tokens can be found by position."""
     first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
     if first is None or first == 0:
         raise ValueError("a chat record needs a prompt (system/user messages) followed by an assistant message")
-    ids = tok.prompt_ids(tokenizer, messages[:first])
-    mask = [0] * len(ids)
+    segments: list[tuple[dict | None, list[int], int]] = [(None, tok.prompt_ids(tokenizer, messages[:first]), 0)]
     previous = "assistant"
     for message in messages[first:]:
         role = message["role"]
         if role == "assistant":
-            segment = tok.assistant_ids(tokenizer, message["content"])
-            mask.extend([int(bool(message.get("train", True)))] * len(segment))
+            segments.append((message, tok.assistant_ids(tokenizer, message["content"]),
+                             int(bool(message.get("train", True)))))
         elif role == "user" and previous == "assistant":
-            segment = tok.tool_segment_ids(tokenizer, message["content"])
-            mask.extend([0] * len(segment))
+            segments.append((message, tok.tool_segment_ids(tokenizer, message["content"]), 0))
         else:
             raise ValueError(f"unexpected {role!r} message after {previous!r}: after the prompt, assistant turns and "
                              "user (tool response) messages must alternate")
-        ids.extend(segment)
         previous = role
-    return SFTExample(input_ids=ids, mask=mask)
+    return segments
 
 
 def build_examples(tokenizer, records: list[dict], cutoff_len: int, overlong: str = "drop",

@@ -338,20 +338,37 @@ def parse_observation(tool_name: str, text: str) -> list[dict]:
         row = match.groupdict()
         row["cost"] = int(row["cost"])
         return [row]
+    columns = COLUMNS.get(tool_name, ())
+    return [{name: _cast(cell, kind) for (name, kind), cell in zip(columns, cells)}
+            for cells in _table_cells(tool_name, text)]
+
+
+def _table_cells(tool_name: str, text: str) -> list[list[str]]:
+    """The cells of each row of `tool_name`'s table in `text` (title, header, rows); [] when it is not one."""
     columns = COLUMNS.get(tool_name)
-    if columns is None:
-        return []
     lines = text.split("\n")
-    header = SEP.join(name for name, _ in columns)
-    if len(lines) < 2 or lines[1] != header:
+    if columns is None or len(lines) < 2 or lines[1] != SEP.join(name for name, _ in columns):
         return []
-    rows = []
-    for line in lines[2:]:
-        cells = line.split(SEP)
-        if len(cells) != len(columns):
-            continue
-        rows.append({name: _cast(cell, kind) for (name, kind), cell in zip(columns, cells)})
-    return rows
+    return [cells for cells in (line.split(SEP) for line in lines[2:]) if len(cells) == len(columns)]
+
+
+LISTING_TOOLS = ("SearchAccommodation", "SearchRestaurant", "SearchAttraction")
+"""The tools whose rows are named listings: the names a plan must copy exactly."""
+
+
+def listing_names(observation: str) -> list[str]:
+    """The names (first column) in a rendered accommodation, restaurant or attraction table; [] for anything else.
+
+    `observation` is the tool's text or the user message that carries it (`<tool_response>` ... `</tool_response>`).
+    """
+    text = observation.strip()
+    if text.startswith("<tool_response>") and text.endswith("</tool_response>"):
+        text = text[len("<tool_response>"):-len("</tool_response>")].strip("\n")
+    for tool in LISTING_TOOLS:
+        rows = _table_cells(tool, text)
+        if rows:
+            return [cells[0] for cells in rows if cells[0]]
+    return []
 
 
 def project_row(tool_name: str, row: dict) -> dict:

@@ -153,6 +153,7 @@ def test_the_report_sets_short_and_episode_long_copy_records_side_by_side(tiny_m
     assert "recap" in report["long"]["copy_accuracy"] and "recap" not in report["short"]["copy_accuracy"]
     assert set(report["long"]["by_distance"]) == {"<100", "100-300", "300-700", ">=700"}
     assert report["records"]["examples"] == 3
+    assert report["records"]["names"]["names"] == 0  # these episodes search flights only: no listing name to copy
     text = format_report(report)
     assert text.count("\n") == 2 and "copies by distance back" in text and "short: 3 examples" in text
 

@@ -9,14 +9,17 @@ import pytest
 
 def chat_record(i: int) -> dict:
     from components.travel.protocol import tool_response
+    from components.travel.tools import COLUMNS, render_table
 
     city = ["Osk", "Tirrel", "Bram", "Vale"][i % 4]
+    listing = render_table(f"Accommodations in {city} (1):", COLUMNS["SearchAccommodation"],
+                           [{"NAME": f"Inn {i}", "price": 80 + i}])
     return {"messages": [
         {"role": "system", "content": "Plan trips with the tools.", "train": False},
         {"role": "user", "content": f"Find a hotel in {city}.", "train": False},
         {"role": "assistant", "content": f'<think>Hotels in {city}.</think><tool_call>{{"name": "SearchAccommodation", '
                                          f'"arguments": {{"city": "{city}"}}}}</tool_call>', "train": True},
-        {"role": "user", "content": tool_response(f"NAME price\nInn {i} {80 + i}"), "train": False},
+        {"role": "user", "content": tool_response(listing), "train": False},
         {"role": "assistant", "content": f"<think>Inn {i} costs {80 + i}.</think><answer>Inn {i}, {city}</answer>",
          "train": True},
     ]}
@@ -62,6 +65,10 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
     assert set(metrics["copy_replay_probe"]) <= {"sequential", "lookup_key", "lookup_value", "route", "fact", "recap"}
     assert all(0 <= value <= 1 for value in metrics["copy_replay_probe"].values())
     assert metrics["final_eval_loss"] < metrics["initial_eval_loss"]
+    # each held-out record copies its listing's name twice (think and answer): 4 records, 8 names
+    names = metrics["name_copy_accuracy"]
+    assert names["records"] == 4 and names["names"] == 8 and names["first"]["tokens"] == 8
+    assert 0 <= names["whole"]["accuracy"] <= names["first"]["accuracy"] <= 1
     rows = list(csv.DictReader((tmp_path / "plots/sft/loss.csv").open()))
     assert [int(r["step"]) for r in rows] == list(range(1, 11))
     assert json.loads((tmp_path / "metrics/base_model.json").read_text())["pretrain"]["steps"] == 5
