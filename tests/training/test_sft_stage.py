@@ -80,4 +80,6 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
     assert set(runs) == {"base_model", "sft"}
     history = client.get_metric_history(runs["sft"].info.run_id, "train_loss")
     assert [m.step for m in history] == list(range(1, 11))
+    logged = runs["sft"].data.metrics
+    assert logged["name_copy.whole"] == names["whole"]["accuracy"] and "name_copy.last_word" in logged
     assert client.get_registered_model("star-sft").aliases == {"candidate": 1}
