@@ -66,14 +66,16 @@ def _split_by_part(name: str, start: int, offsets: list[tuple[int, int]], base: 
 
 
 def copied_names(tokenizer, messages: list[dict]) -> tuple[list[int], list[CopiedName]]:
-    """The record's token ids (as `encode_record` builds them) and every copied name in its trained turns."""
+    """The record's token ids (as `encode_record` builds them) and every copied name in its trained turns. Names are
+    found through character offsets, so a tokenizer without them (a slow, pure-Python one) finds none."""
     ids: list[int] = []
+    offsets_available = getattr(tokenizer, "is_fast", False)
     shown: list[str] = []
     found: list[CopiedName] = []
     for message, segment, trained in encode_segments(tokenizer, messages):
         if message is not None and message["role"] == "user":
             shown += listing_names(message["content"])
-        elif message is not None and trained and shown:
+        elif message is not None and trained and shown and offsets_available:
             text = message["content"] + tok.IM_END
             encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
             if list(encoded["input_ids"]) == segment:  # the same ids, now with character offsets

@@ -149,3 +149,15 @@ def test_the_copy_probe_report_prints_the_names_by_part():
     text = format_report({"records": {"examples": 2, "median_tokens": 900, "by_distance": {}, "names": names}})
     assert text == ("records: 2 examples, median 900 tokens; "
                     "7 listing names copied: first 50.0%, middle 50.0%, last word 50.0%, whole 50.0%")
+
+
+def test_a_tokenizer_without_character_offsets_finds_no_names_instead_of_failing(tokenizer):
+    class Slow:
+        is_fast = False
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    messages = episode("<think>I pick Kakel Table.</think>")
+    ids, names = copied_names(Slow(), messages)
+    assert names == [] and ids == copied_names(tokenizer, messages)[0]
