@@ -259,19 +259,29 @@ def copy_probe_report(model, tokenizer, copy_params, records: list[dict] | None 
     return report
 
 
+def name_parts(scores: dict) -> str:
+    """`score_copied_names` output as "first 28.7%, middle 39.5%, last word 16.6%, whole 6.4%"."""
+    return ", ".join(f"{k.replace('_', ' ')} {percent(scores[k]['accuracy'])}"
+                     for k in ("first", "middle", "last_word", "whole"))
+
+
+def percent(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
 def format_report(report: dict) -> str:
     """The report as a few readable lines (percentages)."""
-    def pct(value):
-        return "-" if value is None else f"{100 * value:.1f}%"
-
     lines = []
     for name, part in report.items():
         head = f"{name}: {part['examples']} examples, median {part['median_tokens']} tokens"
-        skills = ", ".join(f"{k} {pct(v)}" for k, v in part.get("copy_accuracy", {}).items())
-        distance = ", ".join(f"{k} {pct(v['accuracy'])}" for k, v in part.get("by_distance", {}).items())
+        skills = ", ".join(f"{k} {percent(v)}" for k, v in part.get("copy_accuracy", {}).items())
+        distance = ", ".join(f"{k} {percent(v['accuracy'])}" for k, v in part.get("by_distance", {}).items())
         names = part.get("names") or {}
-        copied = names.get("names") and ", ".join(f"{k.replace('_', ' ')} {pct(names[k]['accuracy'])}"
-                                                  for k in ("first", "middle", "last_word", "whole"))
+        copied = names.get("names") and name_parts(names)
+        lookup = names.get("lookup") or {}
+        looked_up = lookup.get("names") and name_parts(lookup)
         lines.append("; ".join(x for x in (head, skills, distance and f"copies by distance back: {distance}",
-                                           copied and f"{names['names']} listing names copied: {copied}") if x))
+                                           copied and f"{names['names']} listing names copied: {copied}",
+                                           looked_up and f"first copies from a tool result ({lookup['names']}): "
+                                                         f"{looked_up}") if x))
     return "\n".join(lines)

@@ -68,9 +68,9 @@ def sft(args: argparse.Namespace) -> int:
         write_loss_csv(result.history, args.plots)
         run.log_metrics({f"summary.{k}": v for k, v in summary.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        run.log_metrics({f"name_copy.{part}": value["accuracy"]  # compare runs' name copying in the MLflow UI
-                         for part, value in summary.get("name_copy_accuracy", {}).items()
-                         if isinstance(value, dict) and value.get("accuracy") is not None})
+        from components.models.name_copy import name_copy_metrics
+
+        run.log_metrics(name_copy_metrics(summary.get("name_copy_accuracy", {})))  # compare runs in the MLflow UI
         run.log_artifact(args.metrics)
         run.log_artifact(args.plots)
         run.log_model(args.out, registered_name=REGISTERED_NAME)

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from components.models.name_copy import (CopiedName, copied_names, greedy_hits, name_copy_accuracy,
-                                         score_copied_names)
+                                         name_copy_metrics, score_copied_names)
 from components.travel.protocol import tool_response
 from components.travel.tools import listing_names
 
@@ -141,14 +141,45 @@ def test_the_positions_of_a_copied_name_always_decode_to_text_that_holds_it(toke
     assert which in tokenizer.decode([ids[p] for p in names[0].positions])
 
 
+def test_the_first_time_a_record_writes_a_name_is_its_look_up(tokenizer):
+    # turn 1 looks Kakel Table up in the result; turn 2 writes it again (it can copy turn 1) and looks Helra up
+    _, names = copied_names(tokenizer, episode("<think>I pick Kakel Table.</think>",
+                                               "<answer>Kakel Table, then Helra Tavern</answer>"))
+    assert [(n.name, n.lookup) for n in names] == [("Kakel Table", True), ("Kakel Table", False),
+                                                   ("Helra Tavern", True)]
+
+
+def test_the_look_up_is_scored_apart_from_later_copies(tokenizer):
+    record = {"messages": episode("<think>I pick Kakel Table.</think>", "<answer>Kakel Table</answer>")}
+    ids, names = copied_names(tokenizer, record["messages"])
+    looked_up = next(n for n in names if n.lookup)
+    # a model that gets the look-up's first token wrong and copies its own earlier text right
+    report = name_copy_accuracy(Oracle(wrong={looked_up.first}), tokenizer, [record])
+    assert report["first"] == {"tokens": 2, "accuracy": 0.5}
+    assert report["lookup"]["names"] == 1 and report["lookup"]["first"] == {"tokens": 1, "accuracy": 0.0}
+    assert report["lookup"]["whole"]["accuracy"] == 0.0 and report["whole"]["accuracy"] == 0.5
+    metrics = name_copy_metrics(report)
+    assert metrics["name_copy.first"] == 0.5 and metrics["name_copy.lookup.first"] == 0.0
+    assert "name_copy.records" not in metrics and "name_copy.lookup.names" not in metrics
+
+
+def test_parts_with_nothing_to_score_are_not_logged():
+    report = {"records": 0, **score_copied_names([]), "lookup": score_copied_names([])}
+    assert name_copy_metrics(report) == {}
+
+
 def test_the_copy_probe_report_prints_the_names_by_part():
     from components.models.copy_probe import format_report
 
-    names = {"records": 2, "names": 7, **{part: {"tokens": 7, "accuracy": 0.5} for part in ("first", "middle",
-                                                                                             "last_word", "whole")}}
+    def scores(n, accuracy):
+        return {"names": n, **{part: {"tokens": n, "accuracy": accuracy}
+                               for part in ("first", "middle", "last_word", "whole")}}
+
+    names = {"records": 2, **scores(7, 0.5), "lookup": scores(3, 0.25)}
     text = format_report({"records": {"examples": 2, "median_tokens": 900, "by_distance": {}, "names": names}})
     assert text == ("records: 2 examples, median 900 tokens; "
-                    "7 listing names copied: first 50.0%, middle 50.0%, last word 50.0%, whole 50.0%")
+                    "7 listing names copied: first 50.0%, middle 50.0%, last word 50.0%, whole 50.0%; "
+                    "first copies from a tool result (3): first 25.0%, middle 25.0%, last word 25.0%, whole 25.0%")
 
 
 def test_a_tokenizer_without_character_offsets_finds_no_names_instead_of_failing(tokenizer):

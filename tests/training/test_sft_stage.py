@@ -69,6 +69,7 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
     names = metrics["name_copy_accuracy"]
     assert names["records"] == 4 and names["names"] == 8 and names["first"]["tokens"] == 8
     assert 0 <= names["whole"]["accuracy"] <= names["first"]["accuracy"] <= 1
+    assert names["lookup"]["names"] == 4  # the think's copy of each is the look-up; the answer's copies the think
     rows = list(csv.DictReader((tmp_path / "plots/sft/loss.csv").open()))
     assert [int(r["step"]) for r in rows] == list(range(1, 11))
     assert json.loads((tmp_path / "metrics/base_model.json").read_text())["pretrain"]["steps"] == 5
@@ -82,4 +83,5 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
     assert [m.step for m in history] == list(range(1, 11))
     logged = runs["sft"].data.metrics
     assert logged["name_copy.whole"] == names["whole"]["accuracy"] and "name_copy.last_word" in logged
+    assert logged["name_copy.lookup.first"] == names["lookup"]["first"]["accuracy"]
     assert client.get_registered_model("star-sft").aliases == {"candidate": 1}
