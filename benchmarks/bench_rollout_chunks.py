@@ -1,15 +1,23 @@
-"""Benchmark decoding a turn in rounds (`chunk_tokens`) against one `generate` call per turn, side by side.
+"""Benchmark decoding turns in rounds (`chunk_tokens`) against one `generate` call per turn, side by side, and
+rounds in which turns overlap against rounds in lockstep.
 
 `generate` computes every row of its batch until the LAST row ends its turn: with 16-40 episodes in lockstep, one
 turn that runs on to the token limit (768 tokens) makes every other row pay for it, and ordinary turns differ a lot
 in length too (a tool call ~100 tokens, the final plan ~500). Decoding in rounds of `chunk_tokens` re-batches only
 the episodes still writing after each round (their key/value caches carry over, so nothing is recomputed).
 
+In lockstep, an episode whose turn ended waits until every other episode's turn has ended. With `generate_round`
+(what `loop.run_episodes` uses) it takes its environment step at once and writes its next turn in the next round,
+beside the longer turns still being written, so rounds stay wider and fewer. The lockstep rows hide
+`generate_round` from the loop.
+
 Needs a trained checkpoint, so that turns have realistic lengths (an untrained model writes every turn to the
 limit, where rounds cannot help): the tiny preset's SFT checkpoint after `dvc repro sft`.
 
     python benchmarks/bench_rollout_chunks.py                        # models/sft on data/queries/val.jsonl, ~4 min
-    python benchmarks/bench_rollout_chunks.py --temperature 0.6      # sampled, as RL rolls out
+    python benchmarks/bench_rollout_chunks.py --temperature 0.6      # sampled
+    python benchmarks/bench_rollout_chunks.py --temperature 0.6 --queries data/queries/rl.jsonl \
+        --max-queries 4 --samples 4                                  # one RL step's 16 episodes
     python benchmarks/bench_rollout_chunks.py --append               # also append the table to RESULTS.md
 """
 from __future__ import annotations
@@ -34,16 +42,28 @@ from components.travel.world import World
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
-def rollouts(model, tokenizer, world, queries, temperature: float, chunk_tokens: int | None) -> dict:
-    """One episode per query through the RL engine (all in lockstep, as `star validate` and `star rl` run them)."""
+class Lockstep:
+    """An HFPolicy without `generate_round`: the loop then decodes every turn of a batch before any episode moves on."""
+
+    def __init__(self, policy: HFPolicy):
+        self.policy = policy
+
+    def generate(self, requests):
+        return self.policy.generate(requests)
+
+
+def rollouts(model, tokenizer, world, queries, temperature: float, chunk_tokens: int | None,
+             overlap: bool = True, samples: int = 1) -> dict:
+    """`samples` episodes per query through the RL engine in one batch, as `star validate` and `star rl` run them."""
     greedy = temperature <= 0
     policy = HFPolicy(model, tokenizer, temperature=1.0 if greedy else temperature, greedy=greedy, seed=0,
                       chunk_tokens=chunk_tokens)
+    policy = policy if overlap else Lockstep(policy)
     engine = RolloutEngine(policy, tokenizer, world, Limits(max_turns=14, max_tokens_per_turn=768,
                                                             max_context_tokens=8192))
     engine.begin_step(1)
     start = time.perf_counter()
-    records = [group[0] for group in engine.groups(queries, 1)]
+    records = [record for group in engine.groups(queries, samples) for record in group]
     seconds = time.perf_counter() - start
     sampled = sum(sum(r["response_mask"]) for r in records)
     return {"seconds": seconds, "sampled": sampled, "tokens_per_s": sampled / seconds,
@@ -58,7 +78,8 @@ def main() -> None:
     parser.add_argument("--queries", default="data/queries/val.jsonl")
     parser.add_argument("--max-queries", type=int, default=40)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the default)")
-    parser.add_argument("--chunks", type=int, nargs="+", default=[32, 64])
+    parser.add_argument("--samples", type=int, default=1, help="episodes per query (RL: 4 per query)")
+    parser.add_argument("--chunks", type=int, nargs="+", default=[32])
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
     args = parser.parse_args()
     for path in (args.model, args.world, args.queries):
@@ -72,24 +93,29 @@ def main() -> None:
     queries = load_queries(args.queries)[: args.max_queries]
     rollouts(model, tokenizer, world, queries[:2], args.temperature, None)  # warm-up (allocator, kernels)
 
-    runs = {"one call per turn (baseline)": rollouts(model, tokenizer, world, queries, args.temperature, None)}
+    def run(chunk, overlap=True):
+        return rollouts(model, tokenizer, world, queries, args.temperature, chunk, overlap, args.samples)
+
+    runs = {"one call per turn (baseline)": run(None)}
     for chunk in args.chunks:
-        runs[f"rounds of {chunk} tokens"] = rollouts(model, tokenizer, world, queries, args.temperature, chunk)
+        runs[f"rounds of {chunk} tokens, lockstep"] = run(chunk, overlap=False)
+        runs[f"rounds of {chunk} tokens, turns overlap"] = run(chunk)
 
     base = runs["one call per turn (baseline)"]
     mode = "greedy" if args.temperature <= 0 else f"temperature {args.temperature}"
     lines = [
         f"\n### Decoding turns in rounds (`bench_rollout_chunks.py`, {datetime.date.today()})\n",
         f"Machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, torch {torch.__version__}; "
-        f"{len(queries)} episodes of `{args.queries}` in lockstep from `{args.model}`, {mode}.\n",
+        f"{len(queries)} queries of `{args.queries}` x {args.samples} episodes in one batch from `{args.model}`, "
+        f"{mode}, {torch.get_num_threads()} threads.\n",
         "| decoding | seconds | sampled tokens | tokens/s | vs baseline | turns identical to baseline | delivered |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, run in runs.items():
-        same = sum(a == b for a, b in zip(run["turns"], base["turns"]))
+        same = sum(a == b for a, b in zip(run["turns"], base["turns"]))  # under sampling, draws differ by batch
         lines.append(f"| {name} | {run['seconds']:.1f} | {run['sampled']} | {run['tokens_per_s']:.0f} | "
-                     f"{base['seconds'] / run['seconds']:.2f}x | {same}/{len(queries)} | "
-                     f"{run['delivered']}/{len(queries)} |")
+                     f"{base['seconds'] / run['seconds']:.2f}x | {same}/{len(run['turns'])} | "
+                     f"{run['delivered']}/{len(run['turns'])} |")
     table = "\n".join(lines)
     print(table)
     if args.append:

@@ -15,9 +15,15 @@ weights change (an RL update), so results never depend on stale states.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from components.agent.types import TurnRequest, TurnResult
+
+
+def require_token_ids(requests: list[TurnRequest]) -> None:
+    """Refuse text-only requests: this backend reads and returns token ids."""
+    if any(request.token_ids is None for request in requests):
+        raise ValueError("HFPolicy is a token backend: run the loop with a tokenizer so requests carry token_ids")
 
 
 def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[list[list[int]], list[list[int]]]:
@@ -58,6 +64,15 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
         if a[i] != b[i]:
             return i
     return n
+
+
+@dataclass
+class PartialTurn:
+    """A turn decoded over several rounds: the context length it continues and what was sampled so far."""
+
+    context: int
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -108,13 +123,12 @@ class HFPolicy:
         self.static_cache = static_cache
         self.chunk_tokens = chunk_tokens
         self.caches: dict[str, EpisodeCache] = {}
+        self.partial: dict[str, PartialTurn] = {}  # turns in progress across `generate_round` calls
         self._weights_version: int | None = None
 
     def generate(self, requests: list[TurnRequest]) -> list[TurnResult]:
         """Sample the next assistant turn for every request; batches of at most `max_batch_size`."""
-        for request in requests:
-            if request.token_ids is None:
-                raise ValueError("HFPolicy is a token backend: run the loop with a tokenizer so requests carry token_ids")
+        require_token_ids(requests)
         caching = self._caching(requests)
         size = self.max_batch_size or len(requests) or 1
         results: list[TurnResult] = []
@@ -123,26 +137,63 @@ class HFPolicy:
             results.extend(decode(requests[start:start + size], caching))
         return results
 
+    def generate_round(self, requests: list[TurnRequest]) -> list[TurnResult | None]:
+        """One round of decoding for every request: at most `chunk_tokens` more tokens of each request's turn, in one
+        batched call. Returns the finished turns (the end-of-turn token or the turn's budget reached) and None for
+        the turns still being written; call again with the same request to continue one (its partial turn is kept
+        by `episode_id`). The agent loop uses this to let an episode whose turn ended take its environment step and
+        start its next turn while the others are still writing (`loop.run_episodes`).
+
+        Without `chunk_tokens` or episode caches a round is the whole turn (`generate`)."""
+        require_token_ids(requests)
+        caching = self._caching(requests)
+        if not (caching and self.chunk_tokens):
+            self.partial.clear()
+            return self.generate(requests)
+        asking = {r.episode_id for r in requests}
+        self.partial = {key: turn for key, turn in self.partial.items() if key in asking}
+        return self._round(requests, caching)
+
+    def _round(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult | None]:
+        """`generate_round`'s decoding (caches already checked by the caller)."""
+        from dataclasses import replace
+
+        turns = [self._partial_turn(request) for request in requests]
+        size = self.max_batch_size or len(requests) or 1
+        out: list[TurnResult | None] = []
+        for start in range(0, len(requests), size):
+            batch = list(zip(requests[start:start + size], turns[start:start + size]))
+            round_requests = [replace(r, token_ids=list(r.token_ids) + turn.ids,
+                                      max_new_tokens=min(self.chunk_tokens, r.max_new_tokens - len(turn.ids)))
+                              for r, turn in batch]
+            for (request, turn), result in zip(batch, self._generate_batch(round_requests, caching)):
+                turn.ids.extend(result.token_ids)
+                turn.logprobs.extend(result.logprobs)
+                if result.finished or len(turn.ids) >= request.max_new_tokens:
+                    self.partial.pop(request.episode_id, None)
+                    out.append(self._result(turn.ids, turn.logprobs, request.max_new_tokens))
+                else:
+                    out.append(None)
+        return out
+
+    def _partial_turn(self, request: TurnRequest) -> "PartialTurn":
+        """The turn in progress for `request`: the one kept from earlier rounds when it continues the same context,
+        else a fresh one."""
+        turn = self.partial.get(request.episode_id)
+        if turn is None or turn.context != len(request.token_ids):
+            turn = self.partial[request.episode_id] = PartialTurn(context=len(request.token_ids))
+        return turn
+
     def _generate_in_rounds(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult]:
         """The turns of `requests` sampled `chunk_tokens` at a time: each round is one batched call over the episodes
         whose turn is still open, continuing from what they sampled so far (their caches cover it)."""
-        from dataclasses import replace
-
-        sampled: list[list[int]] = [[] for _ in requests]
-        logprobs: list[list[float]] = [[] for _ in requests]
+        results: list[TurnResult | None] = [None] * len(requests)
         open_rows = list(range(len(requests)))
         while open_rows:
-            round_requests = [replace(requests[i], token_ids=list(requests[i].token_ids) + sampled[i],
-                                      max_new_tokens=min(self.chunk_tokens, requests[i].max_new_tokens - len(sampled[i])))
-                              for i in open_rows]
-            still_open = []
-            for i, result in zip(open_rows, self._generate_batch(round_requests, caching)):
-                sampled[i].extend(result.token_ids)
-                logprobs[i].extend(result.logprobs)
-                if not result.finished and len(sampled[i]) < requests[i].max_new_tokens:
-                    still_open.append(i)
-            open_rows = still_open
-        return [self._result(sampled[i], logprobs[i], request.max_new_tokens) for i, request in enumerate(requests)]
+            for i, result in zip(open_rows, self._round([requests[i] for i in open_rows], caching)):
+                results[i] = result
+            open_rows = [i for i in open_rows if results[i] is None]
+        return results
 
     def _caching(self, requests: list[TurnRequest]) -> bool:
         """Whether this call reuses episode caches (needs distinct episode ids); drops caches that cannot serve it:

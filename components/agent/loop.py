@@ -1,9 +1,12 @@
 """The one multi-turn agent loop: the teacher, RL rollouts and evaluation all run episodes through `run_episodes`.
 
-Every active episode advances in lockstep: one `policy.generate` call per turn carries every episode that has not
-finished, so batched backends (transformers, vLLM, a thread-pooled HTTP client) see the whole batch at once. The loop
-enforces the limits, records why each episode ended, and builds the trajectory record of docs/contracts.md; with a
-tokenizer it also builds `prompt_ids`/`response_ids`/`response_mask`/`response_logprobs` from segments (see
+Every active episode is batched: one `policy.generate` call per turn carries every episode that has not finished,
+so batched backends (transformers, vLLM, a thread-pooled HTTP client) see the whole batch at once. A backend that
+decodes in rounds (`generate_round`: transformers with `chunk_tokens`) is called once per round instead, and an
+episode whose turn ended in a round takes its environment step and starts its next turn in the next one, beside the
+longer turns still being written (`generate_some_turns`). Greedy turns come out the same either way; sampled
+ones draw differently, as the batches differ. The loop enforces the limits, records why each episode ended, and
+builds the trajectory record of docs/contracts.md; with a tokenizer it also builds `prompt_ids`/`response_ids`/`response_mask`/`response_logprobs` from segments (see
 `tokens.py`), never by re-tokenising the rendered history.
 
 Any environment with `reset() -> messages` and `step(text) -> Step` (observation, done, info) works: the travel
@@ -15,6 +18,7 @@ rollouts copy an episode mid-way) uses too, so there is no second loop:
     state = start_episode(episode, tokenizer)           # reset the env; EpisodeState holds messages, record, ids
     reason = limit_at_start(state, limits, tokenizer)   # an episode that cannot take a single turn
     results = generate_turns(policy, states, limits, tokenizer)   # one batched generate (next_request per state)
+    results = generate_some_turns(policy, states, ...)  # or one round: a turn still being written is None
     reason = advance_episode(state, result, limits, tokenizer)    # step the env; the termination reason or None
     record = finish_episode(state, reason, tokenizer, evaluate)   # close and evaluate the trajectory record
 """
@@ -183,6 +187,23 @@ def generate_turns(policy: Policy, states: list[EpisodeState], limits: Limits,
     return results
 
 
+def generate_some_turns(policy: Policy, states: list[EpisodeState], limits: Limits,
+                        tokenizer: tok.Tokenizer | None = None) -> list[TurnResult | None]:
+    """One decoding round for every state (in order): the turns that ended in it, None for those still being written.
+
+    A policy with `generate_round` (transformers decoding in rounds of `chunk_tokens`) returns after one round, so
+    an episode whose turn ended can take its environment step and start its next turn in the following round while
+    longer turns go on; any other policy answers every turn in one `generate` call (`generate_turns`)."""
+    if not states:
+        return []
+    if not hasattr(policy, "generate_round"):
+        return list(generate_turns(policy, states, limits, tokenizer))
+    results = policy.generate_round([next_request(state, limits, tokenizer) for state in states])
+    if len(results) != len(states):
+        raise RuntimeError(f"policy returned {len(results)} turns for {len(states)} requests")
+    return results
+
+
 def _append_sampled(state: EpisodeState, tokenizer: tok.Tokenizer, result: TurnResult) -> None:
     ids, logprobs = sampled_segment(tokenizer, result)
     state.response_ids.extend(ids)
@@ -266,7 +287,7 @@ def run_episodes(
     on_finished: Callable[[dict], None] | None = None,
     progress: bool = True,
 ) -> list[dict]:
-    """Roll out every episode with `policy` in lockstep and return their trajectory records in input order.
+    """Roll out every episode with `policy`, batched, and return their trajectory records in input order.
 
     `evaluate(episode, record)` fills `record["evaluation"]` when an episode ends; `on_finished(record)` is called
     right after (the teacher appends the record to its output there, so a crash loses no finished trajectory).
@@ -292,9 +313,12 @@ def run_episodes(
             finish(position, state, reason)
     try:
         while active:
-            results = generate_turns(policy, [state for _, state in active], limits, tokenizer)
+            results = generate_some_turns(policy, [state for _, state in active], limits, tokenizer)
             still_active = []
             for (position, state), result in zip(active, results):
+                if result is None:  # its turn goes on in the next round
+                    still_active.append((position, state))
+                    continue
                 reason = advance_episode(state, result, limits, tokenizer)
                 if reason is None:
                     still_active.append((position, state))

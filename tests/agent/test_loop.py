@@ -1,4 +1,4 @@
-"""The agent loop: lockstep batching, limits and termination reasons, the trajectory record, token masks."""
+"""The agent loop: batching, limits and termination reasons, the trajectory record, token masks."""
 from components.agent.loop import Episode, Limits, run_episodes
 from components.agent.types import TurnResult
 
@@ -15,6 +15,36 @@ def test_every_active_episode_is_stepped_in_one_call_per_turn():
     assert policy.calls == [["0", "1", "2"], ["1", "2"], ["2"]]
     assert [r["num_turns"] for r in records] == [1, 2, 3]
     assert [r["termination"] for r in records] == ["answer"] * 3
+
+
+class RoundPolicy(ScriptedPolicy):
+    """A ScriptedPolicy whose turns take several decoding rounds: `rounds[episode_id][turn]` rounds (default 1)."""
+
+    def __init__(self, scripts, rounds):
+        super().__init__(scripts)
+        self.rounds = rounds
+        self.done: dict[tuple[str, int], int] = {}
+        self.round_calls: list[list[tuple[str, int]]] = []
+
+    def generate_round(self, requests):
+        keys = [(r.episode_id, sum(m["role"] == "assistant" for m in r.messages)) for r in requests]
+        self.round_calls.append(keys)
+        replies = self.generate(requests)
+        out = []
+        for key, reply in zip(keys, replies):
+            self.done[key] = self.done.get(key, 0) + 1
+            needed = self.rounds.get(key[0], {}).get(key[1], 1)
+            out.append(reply if self.done[key] >= needed else None)
+        return out
+
+
+def test_an_episode_whose_turn_ended_starts_its_next_turn_while_others_still_write():
+    scripts = {"0": ["a", "b", "ANSWER"], "1": ["long", "ANSWER"]}
+    policy = RoundPolicy(scripts, rounds={"1": {0: 3}})  # episode 1's first turn takes three rounds
+    records = run_episodes(episodes(2), policy, progress=False)
+    assert policy.round_calls == [[("0", 0), ("1", 0)], [("0", 1), ("1", 0)], [("0", 2), ("1", 0)], [("1", 1)]]
+    lockstep = run_episodes(episodes(2), ScriptedPolicy(scripts), progress=False)
+    assert records == lockstep  # the same trajectories, in fewer rounds than turns x longest turn
 
 
 def test_the_record_counts_tool_calls_tool_errors_and_protocol_errors():

@@ -183,3 +183,43 @@ def test_sampled_rounds_are_seeded_and_report_the_sampled_logprobs(tiny_model, t
 def test_rounds_of_no_tokens_are_refused(tiny_model, tiny_tokenizer):
     with pytest.raises(ValueError, match="chunk_tokens"):
         HFPolicy(tiny_model, tiny_tokenizer, chunk_tokens=0)
+
+
+def test_a_round_returns_the_turns_that_ended_and_continues_the_others_next_call(tiny_model, tiny_tokenizer,
+                                                                               conversations):
+    budgets = [3, 4, 6, 9, 12]
+    requests = [TurnRequest(messages=[], token_ids=r.token_ids, max_new_tokens=budget, episode_id=f"ep{i}")
+                for i, (r, budget) in enumerate(zip(requests_for(tiny_tokenizer, conversations), budgets))]
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=4)
+    first = policy.generate_round(requests)
+    assert first[0] is not None and first[1] is not None  # budgets of 3 and 4 end in the first round of 4
+    assert all(r is None or r.finished or len(r.token_ids) <= 4 for r in first)
+    results, open_rows, rounds = list(first), [i for i, r in enumerate(first) if r is None], 1
+    while open_rows:
+        rounds += 1
+        for i, result in zip(open_rows, policy.generate_round([requests[i] for i in open_rows])):
+            results[i] = result
+        open_rows = [i for i in open_rows if results[i] is None]
+    assert rounds <= 3 and not policy.partial
+    whole = HFPolicy(tiny_model, tiny_tokenizer, greedy=True).generate(requests)
+    assert [r.token_ids for r in results] == [w.token_ids for w in whole]
+    assert all(r.logprobs == pytest.approx(w.logprobs, abs=1e-4) for r, w in zip(results, whole))
+
+
+def test_a_round_without_chunk_tokens_is_the_whole_turn(tiny_model, tiny_tokenizer, conversations):
+    requests = [TurnRequest(messages=[], token_ids=r.token_ids, max_new_tokens=8, episode_id=f"ep{i}")
+                for i, r in enumerate(requests_for(tiny_tokenizer, conversations))]
+    results = HFPolicy(tiny_model, tiny_tokenizer, greedy=True).generate_round(requests)
+    assert all(r is not None for r in results)
+    assert [r.token_ids for r in results] == [
+        r.token_ids for r in HFPolicy(tiny_model, tiny_tokenizer, greedy=True).generate(requests)]
+
+
+def test_a_new_context_for_an_episode_starts_a_new_turn(tiny_model, tiny_tokenizer, conversations):
+    request = TurnRequest(messages=[], token_ids=requests_for(tiny_tokenizer, conversations)[1].token_ids,
+                          max_new_tokens=12, episode_id="ep")
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=2)
+    policy.generate_round([request])
+    shorter = TurnRequest(messages=[], token_ids=request.token_ids[:-3], max_new_tokens=12, episode_id="ep")
+    policy.generate_round([shorter])  # not a continuation of the first turn: it starts over on its own context
+    assert policy.partial["ep"].context == len(shorter.token_ids) and len(policy.partial["ep"].ids) <= 2
