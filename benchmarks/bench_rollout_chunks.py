@@ -1,5 +1,6 @@
 """Benchmark decoding turns in rounds (`chunk_tokens`) against one `generate` call per turn, side by side, and
-rounds in which turns overlap against rounds in lockstep.
+rounds in which turns overlap against rounds in lockstep, and the CPU decoding attention
+(components/models/attention.py) against SDPA.
 
 `generate` computes every row of its batch until the LAST row ends its turn: with 16-40 episodes in lockstep, one
 turn that runs on to the token limit (768 tokens) makes every other row pay for it, and ordinary turns differ a lot
@@ -34,6 +35,7 @@ import torch
 
 from components.agent.hf import HFPolicy
 from components.agent.loop import Limits
+from components.models.attention import CPU_DECODE_ATTENTION, register_cpu_decode_attention
 from components.models.loading import load_policy_model, load_tokenizer
 from components.training.rl.engine import RolloutEngine
 from components.travel.queries import load_queries
@@ -53,8 +55,10 @@ class Lockstep:
 
 
 def rollouts(model, tokenizer, world, queries, temperature: float, chunk_tokens: int | None,
-             overlap: bool = True, samples: int = 1) -> dict:
-    """`samples` episodes per query through the RL engine in one batch, as `star validate` and `star rl` run them."""
+             overlap: bool = True, samples: int = 1, attention: str = CPU_DECODE_ATTENTION) -> dict:
+    """`samples` episodes per query through the RL engine in one batch, as `star validate` and `star rl` run them,
+    with the model's attention implementation set to `attention`."""
+    model.set_attn_implementation(attention)
     greedy = temperature <= 0
     policy = HFPolicy(model, tokenizer, temperature=1.0 if greedy else temperature, greedy=greedy, seed=0,
                       chunk_tokens=chunk_tokens)
@@ -93,29 +97,33 @@ def main() -> None:
     queries = load_queries(args.queries)[: args.max_queries]
     rollouts(model, tokenizer, world, queries[:2], args.temperature, None)  # warm-up (allocator, kernels)
 
-    def run(chunk, overlap=True):
-        return rollouts(model, tokenizer, world, queries, args.temperature, chunk, overlap, args.samples)
+    def run(chunk, overlap=True, attention=register_cpu_decode_attention()):
+        return rollouts(model, tokenizer, world, queries, args.temperature, chunk, overlap, args.samples, attention)
 
-    runs = {"one call per turn (baseline)": run(None)}
+    runs = {"one call per turn, SDPA (baseline)": run(None, attention="sdpa")}
     for chunk in args.chunks:
-        runs[f"rounds of {chunk} tokens, lockstep"] = run(chunk, overlap=False)
-        runs[f"rounds of {chunk} tokens, turns overlap"] = run(chunk)
+        runs[f"rounds of {chunk} tokens, lockstep, SDPA"] = run(chunk, overlap=False, attention="sdpa")
+        runs[f"rounds of {chunk} tokens, turns overlap, SDPA"] = run(chunk, attention="sdpa")
+        runs[f"rounds of {chunk} tokens, turns overlap, matrix-product decoding"] = run(chunk)
 
-    base = runs["one call per turn (baseline)"]
+    base = next(iter(runs.values()))
     mode = "greedy" if args.temperature <= 0 else f"temperature {args.temperature}"
     lines = [
         f"\n### Decoding turns in rounds (`bench_rollout_chunks.py`, {datetime.date.today()})\n",
         f"Machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, torch {torch.__version__}; "
         f"{len(queries)} queries of `{args.queries}` x {args.samples} episodes in one batch from `{args.model}`, "
         f"{mode}, {torch.get_num_threads()} threads.\n",
-        "| decoding | seconds | sampled tokens | tokens/s | vs baseline | turns identical to baseline | delivered |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| decoding | seconds | sampled tokens | tokens/s | vs baseline | vs the row above | episodes identical to "
+        "baseline | delivered |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    previous = base
     for name, run in runs.items():
         same = sum(a == b for a, b in zip(run["turns"], base["turns"]))  # under sampling, draws differ by batch
         lines.append(f"| {name} | {run['seconds']:.1f} | {run['sampled']} | {run['tokens_per_s']:.0f} | "
-                     f"{base['seconds'] / run['seconds']:.2f}x | {same}/{len(run['turns'])} | "
-                     f"{run['delivered']}/{len(run['turns'])} |")
+                     f"{base['seconds'] / run['seconds']:.2f}x | {previous['seconds'] / run['seconds']:.2f}x | "
+                     f"{same}/{len(run['turns'])} | {run['delivered']}/{len(run['turns'])} |")
+        previous = run
     table = "\n".join(lines)
     print(table)
     if args.append:

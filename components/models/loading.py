@@ -1,5 +1,6 @@
 """One loading path for every policy checkpoint: the tiny model saved locally, a Qwen checkpoint on disk, or a
-Hugging Face Hub name (bf16 and flash-attention 2 on GPU when installed, SDPA otherwise)."""
+Hugging Face Hub name (bf16 and flash-attention 2 on GPU when installed, SDPA otherwise; on a CPU, decoding steps
+as plain matrix products)."""
 from __future__ import annotations
 
 import importlib.util
@@ -34,13 +35,17 @@ def resolve_dtype(dtype: str, device: str):
 
 
 def attention_implementation(device: str, dtype) -> str:
-    """`flash_attention_2` when the `flash_attn` package is installed and the model runs in 16 bits on a GPU,
-    `sdpa` otherwise."""
+    """`flash_attention_2` when the `flash_attn` package is installed and the model runs in 16 bits on a GPU; on a
+    CPU, SDPA with decoding steps as plain matrix products (components/models/attention.py); `sdpa` otherwise."""
     import torch
 
     half = dtype in (torch.bfloat16, torch.float16)
     if device.startswith("cuda") and half and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
+    if device == "cpu":
+        from components.models.attention import register_cpu_decode_attention
+
+        return register_cpu_decode_attention()
     return "sdpa"
 
 

@@ -55,10 +55,12 @@ def test_dtype_auto_is_float32_on_cpu_and_unknown_dtypes_are_rejected():
         resolve_dtype("fp8", "cpu")
 
 
-def test_sdpa_attention_on_cpu():
+def test_cpu_models_decode_with_the_matrix_product_attention():
+    from components.models.attention import CPU_DECODE_ATTENTION
     from components.models.loading import attention_implementation
 
-    assert attention_implementation("cpu", torch.bfloat16) == "sdpa"
+    assert attention_implementation("cpu", torch.bfloat16) == CPU_DECODE_ATTENTION
+    assert attention_implementation("cuda", torch.float32) == "sdpa"
 
 
 def test_snapshot_of_a_local_checkpoint_loads_like_the_original(tiny_model, tiny_tokenizer, tmp_path):
