@@ -1,8 +1,8 @@
 """The RolloutEngine: G multi-turn rollouts per query through THE agent loop (components/agent/loop.py).
 
 Two ways to roll out, one loop:
-- `groups(queries, G)`: every episode of the step runs in lockstep through `run_episodes` (one batched generate
-  call per turn over all active episodes).
+- `groups(queries, G)`: every episode of the step runs in one batch through `run_episodes` (one batched generate
+  call per turn, or per decoding round with transformers, over all active episodes).
 - ARPO (`start` / `advance` / `branch`, the `BranchingEngine` that `arpo.arpo_rollouts` drives): the loop's public
   stepping API (`loop.start_episode/generate_turns/advance_episode/finish_episode`), one turn per round, so that an
   episode can be copied right after a tool response (prefix ids, masks, logprobs, counters, messages and
@@ -95,7 +95,7 @@ class RolloutEngine:
         finally:
             self.evaluation_seconds += time.perf_counter() - start
 
-    # ---- plain GRPO / DAPO: lockstep through run_episodes ---------------------------------------------------
+    # ---- plain GRPO / DAPO: one batch through run_episodes ----------------------------------------------------
     def groups(self, queries, n: int) -> list[list[dict]]:
         """n finished trajectory records per query, grouped per query in order."""
         episodes = [self.episode(q) for q in queries for _ in range(n)]
