@@ -68,9 +68,9 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 @dataclass
 class PartialTurn:
-    """A turn decoded over several rounds: the context length it continues and what was sampled so far."""
+    """A turn decoded over several rounds: the context ids it continues and what was sampled so far."""
 
-    context: int
+    context: list[int]
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
 
@@ -180,8 +180,8 @@ class HFPolicy:
         """The turn in progress for `request`: the one kept from earlier rounds when it continues the same context,
         else a fresh one."""
         turn = self.partial.get(request.episode_id)
-        if turn is None or turn.context != len(request.token_ids):
-            turn = self.partial[request.episode_id] = PartialTurn(context=len(request.token_ids))
+        if turn is None or turn.context != request.token_ids:
+            turn = self.partial[request.episode_id] = PartialTurn(context=list(request.token_ids))
         return turn
 
     def _generate_in_rounds(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult]:

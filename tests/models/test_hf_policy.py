@@ -222,4 +222,8 @@ def test_a_new_context_for_an_episode_starts_a_new_turn(tiny_model, tiny_tokeniz
     policy.generate_round([request])
     shorter = TurnRequest(messages=[], token_ids=request.token_ids[:-3], max_new_tokens=12, episode_id="ep")
     policy.generate_round([shorter])  # not a continuation of the first turn: it starts over on its own context
-    assert policy.partial["ep"].context == len(shorter.token_ids) and len(policy.partial["ep"].ids) <= 2
+    assert policy.partial["ep"].context == shorter.token_ids and len(policy.partial["ep"].ids) <= 2
+    same_length = TurnRequest(messages=[], token_ids=[request.token_ids[0]] + shorter.token_ids[:-1],
+                              max_new_tokens=12, episode_id="ep")
+    policy.generate_round([same_length])  # as long as the last context, but other ids: a new turn too
+    assert policy.partial["ep"].context == same_length.token_ids and len(policy.partial["ep"].ids) <= 2
