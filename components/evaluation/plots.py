@@ -63,6 +63,34 @@ def plot_reward_curves(rows: list[dict], out: str | Path, smoothing: int = 5) ->
     return _save(fig, out)
 
 
+EVAL_SET_METRICS = {"delivery_rate": "delivered", "commonsense_micro": "commonsense micro",
+                    "final_pass": "final pass"}
+
+
+def plot_eval_curves(rows: list[dict], out: str | Path) -> Path:
+    """plots/rl/eval.csv against `step`: the greedy set metrics bold, each commonsense check's pass rate thin."""
+    out = Path(out)
+    steps = [float(r["step"]) for r in rows]
+    checks = [c for c in rows[0] if c.startswith("is_") and _numeric_column(rows, c)]
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=120)
+    for i, column in enumerate(checks):
+        ax.plot(steps, [float(r[column]) for r in rows], color=f"C{i % 10}", linewidth=1, alpha=0.6, marker=".",
+                label=column)
+    for column, label in EVAL_SET_METRICS.items():
+        if column in rows[0] and _numeric_column(rows, column):
+            style = {"delivery_rate": ":", "commonsense_micro": "-", "final_pass": "--"}[column]
+            ax.plot(steps, [float(r[column]) for r in rows], color="black", linewidth=2.2, linestyle=style, marker="o",
+                    label=label)
+    ax.set_xlabel("RL step (0: the model RL started from)")
+    ax.set_ylabel("share of held-out queries (strict)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Greedy decoding on held-out queries during RL")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8)
+    return _save(fig, out)
+
+
 def _numeric_column(rows: list[dict], column: str) -> bool:
     try:
         [float(r[column]) for r in rows]

@@ -144,6 +144,23 @@ def tax_table(points: list[dict], ood: dict[str, dict], mode: str) -> Table:
                  ["checkpoint", "final pass", "gain vs base", "OOD EM", "alignment tax"], rows)
 
 
+def rl_eval_table(rows: list[dict]) -> Table:
+    """plots/rl/eval.csv as a table: the greedy set metrics and the commonsense checks at each evaluated step."""
+    checks = [c for c in rows[0] if c.startswith("is_")]
+    return Table("Greedy evaluation during RL (strict; step 0 is the model RL started from)",
+                 ["step", "delivered", "commonsense micro", "final pass", *checks],
+                 [[row["step"], *(pct(_float(row.get(key))) for key in
+                                  ("delivery_rate", "commonsense_micro", "final_pass", *checks))] for row in rows],
+                 note="rl.eval in params/rl.yaml; logging only, no checkpoint is chosen by it")
+
+
+def _float(value) -> float | None:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def stage_summary_table(stage_metrics: dict[str, dict]) -> Table:
     """The scalar numbers of every stage summary (`metrics/*.json`), one row per value."""
     rows = []
@@ -240,6 +257,7 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
     ood = with_alignment_tax(read_json_dir(metrics_dir / "ood_qa"))
     stages = read_json_dir(metrics_dir)
     rewards = read_csv_rows(plots_dir / "rl" / "rewards.csv")
+    evaluations = read_csv_rows(plots_dir / "rl" / "eval.csv")
     order = order_checkpoints([*validate, *ood], params.checkpoint_order)
     points = alignment_points(validate, ood, order, params.mode)
 
@@ -249,10 +267,15 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
     report.tables.append(ood_table(ood, order))
     report.tables.append(tax_table(points, ood, params.mode))
     report.tables.append(stage_summary_table(stages))
+    if evaluations:
+        report.tables.append(rl_eval_table(evaluations))
 
     if rewards:
         plots.plot_reward_curves(rewards, out_dir / "rewards.png", smoothing=params.reward_smoothing)
         report.figures.append(("RL reward curves per component", "rewards.png"))
+    if evaluations:
+        plots.plot_eval_curves(evaluations, out_dir / "rl_eval.png")
+        report.figures.append(("Greedy decoding on held-out queries during RL", "rl_eval.png"))
     per_check = {name: validate[name][params.mode].get("per_check", {})
                  for name in order if name in validate and params.mode in validate[name]}
     if any(per_check.values()):

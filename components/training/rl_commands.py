@@ -15,11 +15,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", default="models/sft", type=Path, help="checkpoint to start from (the SFT model)")
     parser.add_argument("--world", default="data/world", type=Path)
     parser.add_argument("--queries", default="data/queries/rl.jsonl", type=Path)
+    parser.add_argument("--eval-queries", default="data/queries/val.jsonl", type=Path,
+                        help="held-out queries decoded greedily during training when rl.eval.every is set")
     parser.add_argument("--out", default="models/rl", type=Path, help="where the final Hugging Face checkpoint goes")
     parser.add_argument("--checkpoints", default="checkpoints/rl", type=Path,
                         help="resumable checkpoints (a persist: true DVC output); a run resumes from the newest")
     parser.add_argument("--metrics", default="metrics/rl.json", type=Path)
-    parser.add_argument("--plots", default="plots/rl", type=Path, help="folder of rewards.csv (one row per step)")
+    parser.add_argument("--plots", default="plots/rl", type=Path,
+                        help="folder of rewards.csv (one row per step) and eval.csv (one row per greedy evaluation)")
     parser.add_argument("--no-register", action="store_true", help="log the model without registering a version")
     parser.set_defaults(handler=rl)
 
@@ -33,7 +36,8 @@ def rl(args: argparse.Namespace) -> int:
 
     params = load_section(args.params, "rl", RLParams)
     paths = RLPaths(model=args.model, world=args.world, queries=args.queries, out=args.out,
-                    checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots)
+                    checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots,
+                    eval_queries=args.eval_queries)
     with tracking.stage_run("rl", params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm}) as run:
         summary = train(params, paths, log=run.log_metrics)
@@ -41,5 +45,7 @@ def rl(args: argparse.Namespace) -> int:
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
         run.log_artifact(paths.metrics)
         run.log_artifact(paths.rewards_csv)
+        if paths.eval_csv.exists():
+            run.log_artifact(paths.eval_csv)
         run.log_model(paths.out, registered_name=None if args.no_register else REGISTERED_NAME)
     return 0

@@ -76,3 +76,23 @@ def test_runs_at_the_same_spot_of_the_scatter_share_one_label_instead_of_overpri
     points = [{"label": "base", "in_domain": 0.0, "ood": 0.24}, {"label": "sft", "in_domain": 0.0, "ood": 0.0},
               {"label": "rl", "in_domain": 0.001, "ood": 0.0}, {"label": "rl-macro", "in_domain": 0.1, "ood": 0.0}]
     assert shared_labels(points) == [(0.0, 0.24, "base"), (0.0, 0.0, "sft, rl"), (0.1, 0.0, "rl-macro")]
+
+
+def test_the_greedy_evaluations_during_rl_get_a_table_and_a_figure(metrics_tree, tmp_path: Path):
+    """plots/rl/eval.csv (rl.eval): a row per evaluated step in the report, and their curves."""
+    import csv
+    import shutil
+
+    metrics, plots = metrics_tree
+    plots = Path(shutil.copytree(plots, tmp_path / "with_eval"))
+    with (plots / "rl" / "eval.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "delivery_rate", "commonsense_micro", "final_pass", "is_valid_restaurants",
+                         "valid_cost"])
+        writer.writerows([[0, 0.95, 0.644, 0.0, 0.825, ""], [6, 1.0, 0.6, 0.05, 0.5, 0.25]])
+    written = build_report(metrics, plots, tmp_path / "reports", ReportParams())
+    markdown = written["markdown"].read_text()
+    assert "| step | delivered | commonsense micro | final pass | is_valid_restaurants |" in markdown
+    assert "| 0 | 95.0% | 64.4% | 0.0% | 82.5% |" in markdown and "| 6 | 100.0% | 60.0% | 5.0% | 50.0% |" in markdown
+    figure = tmp_path / "reports" / "rl_eval.png"
+    assert figure in written["figures"] and figure.stat().st_size > 10_000

@@ -169,3 +169,21 @@ def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
                         gpu_memory_utilization=rollout.gpu_memory_utilization,
                         max_model_len=rollout.max_context_tokens)
     return checkpoint_policy(model_dir, tokenizer, sampling, backend=backend, device=device, model=model)
+
+
+def greedy_policy(policy):
+    """The rollout policy's greedy twin over the same weights, for evaluation during training: transformers decodes
+    with the very model being trained, vLLM with the same (weight-synced) engine. Built fresh for each evaluation so
+    that its key/value caches go with it."""
+    from components.agent.hf import HFPolicy
+
+    if isinstance(policy, HFPolicy):
+        return HFPolicy(policy.model, policy.tokenizer, greedy=True, seed=policy.seed,
+                        max_batch_size=policy.max_batch_size, reuse_cache=policy.reuse_cache,
+                        static_cache=policy.static_cache, chunk_tokens=policy.chunk_tokens)
+    llm = getattr(policy, "llm", None)
+    if llm is not None:
+        from components.agent.vllm_backend import VLLMPolicy
+
+        return VLLMPolicy("", tokenizer=policy.tokenizer, greedy=True, seed=policy.seed, llm=llm)
+    raise TypeError(f"no greedy twin for a {type(policy).__name__} rollout policy (transformers or vLLM only)")

@@ -89,6 +89,17 @@ class EnvParams(Params):
     failure_rate: float = Field(0.0, ge=0, le=1)  # injected tool failures (environment-stability ablation)
 
 
+class EvalParams(Params):
+    """Greedy decoding on held-out queries during training (verl's `test_freq`), scored like the validate stage.
+
+    The sampled reward curve and greedy validation can part ways (docs/tiny_preset.md, session 38), so this logs the
+    validation metrics at step 0 (the start model), every `every` steps, and at the last step. Off when `every` is
+    null. Logging only: nothing is selected by these numbers."""
+
+    every: int | None = Field(None, gt=0)  # steps between evaluations (null: off)
+    max_queries: int | None = Field(None, gt=0)  # the first N held-out queries (null: all of them)
+
+
 class DistributedParams(Params):
     strategy: Literal["none", "deepspeed"] = "none"  # deepspeed: accelerate + DeepSpeed ZeRO (needs the [gpu] extra)
     zero_stage: Literal[2, 3] = 2
@@ -148,6 +159,7 @@ class RLParams(Params):
     arpo: ArpoParams = ArpoParams()
     rollout: RolloutParams = RolloutParams()
     env: EnvParams = EnvParams()
+    eval: EvalParams = EvalParams()
     distributed: DistributedParams = DistributedParams()
     # checkpoints
     checkpoint_every: int = Field(1, gt=0)  # steps between checkpoints

@@ -7,7 +7,9 @@ Per step:
   3. score each trajectory with the strict evaluator and the STAR reward (kind from params; progress = step/total);
   4. group-relative advantages;
   5. PPO-style update(s) with gradient accumulation, grad clipping and the LR schedule; push weights to the engine;
-  6. log every metric to MLflow, append a row to plots/rl/rewards.csv, checkpoint every k steps.
+  6. log every metric to MLflow, append a row to plots/rl/rewards.csv, checkpoint every k steps;
+  7. with `rl.eval.every`, decode the held-out queries greedily (step 0, every k steps, the last step) and score them
+     as the validate stage does (`run_validation`): MLflow `eval/*` and a row of plots/rl/eval.csv.
 On start it resumes from the newest complete checkpoint: a killed run restarts without redoing finished steps.
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ from components.training.rl.params import RLParams
 
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
                   "success", "format_error_rate"]
+EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass"]
 LogFn = Callable[[dict, int], None]
 
 
@@ -39,10 +42,15 @@ class RLPaths:
     checkpoints: Path
     metrics: Path
     plots: Path
+    eval_queries: Path | None = None  # held-out queries for `rl.eval` (the validation queries)
 
     @property
     def rewards_csv(self) -> Path:
         return self.plots / "rewards.csv"
+
+    @property
+    def eval_csv(self) -> Path:
+        return self.plots / "eval.csv"
 
 
 @dataclass
@@ -132,6 +140,67 @@ def append_rewards_csv(path: Path, row: dict) -> None:
     with path.open("a", newline="") as handle:
         csv.DictWriter(handle, fieldnames=REWARD_COLUMNS).writerow(row)
         handle.flush()
+
+
+# ---- greedy evaluation during training ---------------------------------------------------------------------------
+
+def eval_columns() -> list[str]:
+    """plots/rl/eval.csv's columns: the step, the strict set metrics and each check's pass rate."""
+    from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS
+
+    return ["step", *EVAL_METRICS, *COMMONSENSE_CHECKS, *HARD_CHECKS]
+
+
+def evaluation_due(step: int, every: int | None, last_step: int) -> bool:
+    """Whether to evaluate after `step` (0: the start model, before any update): step 0, every `every` steps and the
+    last step; never when `every` is None."""
+    return every is not None and (step == 0 or step % every == 0 or step == last_step)
+
+
+def eval_row(step: int, strict: dict) -> dict:
+    """The eval.csv row of one evaluation from the validate stage's strict summary."""
+    return {"step": step, **{key: strict[key] for key in EVAL_METRICS}, **strict["per_check"]}
+
+
+def eval_metrics(row: dict) -> dict[str, float]:
+    """MLflow's `eval/*` metrics of an eval.csv row (checks as `eval/checks/<name>`)."""
+    return {f"eval/{key}" if key in EVAL_METRICS else f"eval/checks/{key}": value
+            for key, value in row.items() if key != "step"}
+
+
+def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
+    """The held-out queries of `rl.eval` (None when it is off), level-stratified to `rl.eval.max_queries`."""
+    from components.travel.queries import level_stratified_prefix, load_queries
+
+    if params.eval.every is None:
+        return None
+    if paths.eval_queries is None or not Path(paths.eval_queries).exists():
+        raise UserError(f"rl.eval.every is {params.eval.every} but the held-out query file {paths.eval_queries} does "
+                        "not exist: pass --eval-queries data/queries/val.jsonl (made by `dvc repro queries`), or "
+                        "set rl.eval.every: null")
+    queries = load_queries(paths.eval_queries)
+    if not queries:
+        raise UserError(f"held-out query file {paths.eval_queries} holds no queries (rl.eval)")
+    return level_stratified_prefix(queries, params.eval.max_queries) if params.eval.max_queries else queries
+
+
+def evaluate_greedy(engine, queries: list) -> dict:
+    """The strict validation summary of the engine's policy decoded greedily on `queries` (the validate stage's
+    episodes, limits of the rollouts)."""
+    from components.evaluation.validate import run_validation
+    from components.training.rl.engine import greedy_policy
+
+    _, metrics = run_validation(engine.world, queries, greedy_policy(engine.policy), engine.limits,
+                                tokenizer=engine.tokenizer, progress=False)
+    return metrics["strict"]
+
+
+def write_eval_csv(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=eval_columns())
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 # ---- rollouts ------------------------------------------------------------------------------------------------
@@ -307,6 +376,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 
     wall_start = time.perf_counter()
     world, queries = load_world_and_queries(paths, params.max_queries)
+    held_out = load_eval_queries(params, paths)
     total_steps = params.total_steps(len(queries))
     seed_everything(params.seed)
 
@@ -322,6 +392,21 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     cursor = QueryCursor.from_state(state.cursor, len(queries), params.seed)
     history = list(state.history)
     write_rewards_csv(paths.rewards_csv, history)  # `dvc repro` deleted it; the checkpoint's rows come back
+    eval_history = list(state.extra.get("eval_history", []))
+
+    def evaluate(step: int) -> float:
+        """Greedy evaluation after `step`: log it, add its row to eval.csv; returns the seconds it took."""
+        start = time.perf_counter()
+        row = eval_row(step, evaluate_greedy(engine, held_out))
+        eval_history.append(row)
+        write_eval_csv(paths.eval_csv, eval_history)
+        log(eval_metrics(row), step)
+        return time.perf_counter() - start
+
+    write_eval_csv(paths.eval_csv, eval_history)  # header only when rl.eval is off: DVC expects the file
+    if held_out is not None:
+        if state.step == 0:
+            log({"time/eval_s": evaluate(0)}, 0)
 
     totals = {"rollout_tokens": 0.0, "rollout_seconds": 0.0, "update_tokens": 0.0, "update_seconds": 0.0}
     bar = tqdm(range(state.step + 1, total_steps + 1), desc="rl", unit="step", disable=not progress_bar,
@@ -378,9 +463,12 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         totals["update_seconds"] += update_seconds
         bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
         out_of_time = params.max_minutes is not None and time.perf_counter() - wall_start > params.max_minutes * 60
+        if held_out is not None and evaluation_due(step, params.eval.every, step if out_of_time else total_steps):
+            log({"time/eval_s": evaluate(step)}, step)
         if step % params.checkpoint_every == 0 or step == total_steps or out_of_time:
             ckpt.save_checkpoint(
-                paths.checkpoints, ckpt.TrainState(step=step, cursor=cursor.state(), history=history),
+                paths.checkpoints, ckpt.TrainState(step=step, cursor=cursor.state(), history=history,
+                                                   extra={"eval_history": eval_history}),
                 save_model=lambda d: save_hf(optimizer.unwrap(), parts.tokenizer, d, stage="rl", step=step),
                 save_optimizer=optimizer.save, keep=params.keep_checkpoints)
         if out_of_time:
@@ -391,6 +479,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     save_hf(optimizer.unwrap(), parts.tokenizer, paths.out, stage="rl", steps=total_steps, algorithm=params.algorithm,
             reward=params.reward.kind)
     summary = summarize(history, total_steps, state.step, totals, time.perf_counter() - wall_start, params)
+    if eval_history:
+        summary["eval"] = {"first": eval_history[0], "last": eval_history[-1]}
     paths.metrics.parent.mkdir(parents=True, exist_ok=True)
     ckpt.write_json_atomic(paths.metrics, summary)
     print(f"[rl] model -> {paths.out}; metrics -> {paths.metrics}; reward curve -> {paths.rewards_csv}; "
