@@ -163,9 +163,10 @@ def eval_row(step: int, strict: dict) -> dict:
 
 
 def eval_metrics(row: dict) -> dict[str, float]:
-    """MLflow's `eval/*` metrics of an eval.csv row (checks as `eval/checks/<name>`)."""
+    """MLflow's `eval/*` metrics of an eval.csv row (checks as `eval/checks/<name>`; a check no query sets is left
+    out)."""
     return {f"eval/{key}" if key in EVAL_METRICS else f"eval/checks/{key}": value
-            for key, value in row.items() if key != "step"}
+            for key, value in row.items() if key != "step" and value is not None}
 
 
 def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:

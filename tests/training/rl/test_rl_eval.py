@@ -123,3 +123,12 @@ def test_the_greedy_twin_of_vllm_rollouts_decodes_on_the_same_weight_synced_engi
     sampler = VLLMPolicy("models/sft", tokenizer=load_tokenizer(tiny_model_dir), temperature=1.0, llm=engine)
     twin = greedy_policy(sampler)
     assert twin.llm is engine and twin.temperature == 0.0 and sampler.temperature == 1.0
+
+
+def test_mlflow_gets_the_set_metrics_and_every_check_a_query_sets():
+    from components.training.rl.trainer import eval_metrics
+
+    row = {"step": 6, "delivery_rate": 1.0, "commonsense_micro": 0.6, "is_valid_restaurants": 0.5,
+           "valid_room_rule": None}
+    assert eval_metrics(row) == {"eval/delivery_rate": 1.0, "eval/commonsense_micro": 0.6,
+                                 "eval/checks/is_valid_restaurants": 0.5}
