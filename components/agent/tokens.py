@@ -69,3 +69,28 @@ def tool_segment_ids(tokenizer: Tokenizer, observation: str) -> list[int]:
     """Ids of the observation segment (mask 0): closes the assistant turn's line, the user message, the next
     generation prompt. `observation` is the user message content as the environment returns it."""
     return encode(tokenizer, tool_segment_text(observation))
+
+
+class TokenTexts:
+    """The text of single token ids, cached, and where each token of a segment starts in the segment's text: what a
+    marker needs to turn a character in a sampled turn back into the token that wrote it."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self._pieces: dict[int, str] = {}
+
+    def piece(self, token_id: int) -> str:
+        """The text of one token (cached)."""
+        text = self._pieces.get(token_id)
+        if text is None:
+            text = self._pieces[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
+        return text
+
+    def segment(self, ids) -> tuple[str, list[int]]:
+        """The text of `ids` token by token, and the character where each token starts in it."""
+        pieces = [self.piece(t) for t in ids]
+        offsets, position = [], 0
+        for piece in pieces:
+            offsets.append(position)
+            position += len(piece)
+        return "".join(pieces), offsets

@@ -844,27 +844,56 @@ def _place_key(value: str) -> tuple[str, str]:
     return (parsed[0].casefold(), parsed[1].casefold()) if parsed else (value.strip().casefold(), "")
 
 
-def strict_restaurants(ctx: _Context) -> CheckResult:
-    seen: set[tuple[str, str]] = set()
-    for day in _strict_days(ctx):
+@dataclass(frozen=True)
+class RepeatedPlace:
+    """A restaurant or attraction a plan names again: the day (its 0-based position among `days`), the slot
+    (breakfast, lunch, dinner or attraction) and the repeated item as written."""
+
+    position: int
+    slot: str
+    item: str
+
+
+def repeated_places(days: list[dict]) -> list[RepeatedPlace]:
+    """Every restaurant (over the meals) and every attraction that a plan's `days` name after naming it before, in
+    day order; the first naming of a place is not listed. The restaurants and attractions checks fail on the first."""
+    out: list[RepeatedPlace] = []
+    restaurants: set[tuple[str, str]] = set()
+    attractions: set[tuple[str, str]] = set()
+    for position, unit in enumerate(days):
         for meal in MEAL_FIELDS:
-            value = _text(day.raw, meal)
+            value = _text(unit, meal)
             if value is not None:
                 key = _place_key(value)
-                if key in seen:
-                    return fail(f"day {day.number} {meal} {value!r} repeats an earlier restaurant")
-                seen.add(key)
+                if key in restaurants:
+                    out.append(RepeatedPlace(position, meal, value))
+                restaurants.add(key)
+        for item in split_attractions(_text(unit, "attraction") or "-"):
+            key = _place_key(item)
+            if key in attractions:
+                out.append(RepeatedPlace(position, "attraction", item))
+            attractions.add(key)
+    return out
+
+
+def _first_repeat(ctx: _Context, restaurant: bool) -> RepeatedPlace | None:
+    days = [day.raw for day in _strict_days(ctx)]
+    return next((r for r in repeated_places(days) if (r.slot != "attraction") == restaurant), None)
+
+
+def strict_restaurants(ctx: _Context) -> CheckResult:
+    repeat = _first_repeat(ctx, restaurant=True)
+    if repeat is not None:
+        number = _strict_days(ctx)[repeat.position].number
+        return fail(f"day {number} {repeat.slot} {repeat.item!r} repeats an earlier restaurant")
     return PASS
 
 
 def strict_attractions(ctx: _Context) -> CheckResult:
-    seen: set[tuple[str, str]] = set()
-    for day in _strict_days(ctx):
-        for item in split_attractions(_text(day.raw, "attraction") or "-"):
-            key = _place_key(item)
-            if key in seen:
-                return fail(f"day {day.number} attraction {item!r} repeats an earlier one")
-            seen.add(key)
+    repeat = _first_repeat(ctx, restaurant=False)
+    if repeat is not None:
+        number = _strict_days(ctx)[repeat.position].number
+        return fail(f"day {number} attraction {repeat.item!r} repeats an earlier one")
     return PASS
 
 

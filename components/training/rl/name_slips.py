@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
+from components.agent.tokens import TokenTexts
 from components.travel.names import FORMAT_WORDS, KnownNames, invented_names
 
 
@@ -23,14 +24,7 @@ class NameSlipMarker:
     def __init__(self, world_words: Iterable[str], tokenizer):
         self.known = KnownNames(set(world_words) | FORMAT_WORDS)
         self.tokenizer = tokenizer
-        self._pieces: dict[int, str] = {}
-
-    def piece(self, token_id: int) -> str:
-        """The text of one token (cached)."""
-        text = self._pieces.get(token_id)
-        if text is None:
-            text = self._pieces[token_id] = self.tokenizer.decode([token_id], skip_special_tokens=False)
-        return text
+        self.texts = TokenTexts(tokenizer)
 
     def marks(self, record: dict) -> list[int]:
         """1 on the response tokens where the episode first wrote each invented word (`response_ids` order)."""
@@ -44,14 +38,10 @@ class NameSlipMarker:
             end = start
             while end < len(ids) and mask[end] == mask[start]:
                 end += 1
-            pieces = [self.piece(t) for t in ids[start:end]]
-            text = "".join(pieces)
+            text, offsets = self.texts.segment(ids[start:end])
             if not mask[start]:
                 known.learn(text)
             else:
-                offsets = [0]
-                for piece in pieces[:-1]:
-                    offsets.append(offsets[-1] + len(piece))
                 for name in invented_names(text, known, seen):
                     out[start + bisect.bisect_right(offsets, min(name.slip, len(text) - 1)) - 1] = 1
             start = end

@@ -149,9 +149,14 @@ class RLParams(Params):
     rejected_turn_advantage: float | None = Field(None, le=0)  # A_t on rejected turns' tokens (None: the episode's)
     # which tokens count as rejected for the two knobs above: turns with protocol errors, turns cut at the per-turn
     # token limit (truncated), only the repeating tail of a cut turn (loop), or the token where the policy coined a
-    # name it had not been shown (name_slip; components/training/rl/name_slips.py)
-    rejected_turn_kinds: list[Literal["protocol_error", "truncated", "loop", "name_slip"]] = Field(
+    # name it had not been shown (name_slip; components/training/rl/name_slips.py), or the tokens of an answer that
+    # name a restaurant or attraction a second time (repeat; components/training/rl/repeats.py)
+    rejected_turn_kinds: list[Literal["protocol_error", "truncated", "loop", "name_slip", "repeat"]] = Field(
         ["protocol_error"], min_length=1)
+    # One greedy episode per query a step beside the samples (the policy validation deploys), trained only on its
+    # rejected tokens (rejected_turn_kinds, with rejected_turn_advantage set) and left out of the reward curve;
+    # logged as probe/*. Greedy plans repeat places that sampled ones never do (docs/tiny_preset.md, session 38).
+    greedy_probes: bool = False
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
     reward: RewardParams = RewardParams()
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
@@ -185,6 +190,13 @@ class RLParams(Params):
         if merged.get("loss_type") in LOSS_TYPE_ALIASES:
             merged["loss_type"] = LOSS_TYPE_ALIASES[merged["loss_type"]]
         return merged
+
+    @model_validator(mode="after")
+    def _probes_train_something(self) -> "RLParams":
+        if self.greedy_probes and self.rejected_turn_advantage is None:
+            raise ValueError("rl.greedy_probes trains a probe only on its rejected tokens, and "
+                             "rl.rejected_turn_advantage is null: set it (e.g. -1), or set rl.greedy_probes: false")
+        return self
 
     @property
     def group_size(self) -> int:

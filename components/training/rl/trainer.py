@@ -65,6 +65,7 @@ class Scored:
 class StepBatch:
     groups: list[list[Scored]] = field(default_factory=list)  # what the update trains on
     sampled: list[list[Scored]] = field(default_factory=list)  # everything rolled out (DAPO's dropped groups too)
+    probes: list[Scored] = field(default_factory=list)  # rl.greedy_probes: one greedy episode per query
     rollout_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -245,6 +246,8 @@ def collect_rollouts(engine, queries: list, next_queries: Callable[[int], list],
         batch.groups = score_groups(engine.groups(queries, params.num_generations), params, progress)
     if not params.dynamic_sampling.enabled:
         batch.sampled = batch.groups
+    if params.greedy_probes:
+        batch.probes = score_groups([engine.greedy(queries)], params, progress)[0]
     batch.rollout_seconds = time.perf_counter() - start
     return batch
 
@@ -280,6 +283,19 @@ class Parts:
     update_config: object  # update.UpdateConfig
     pad_id: int
     name_slips: object | None = None  # name_slips.NameSlipMarker when rl.rejected_turn_kinds has name_slip
+    repeats: object | None = None  # repeats.RepeatMarker when rl.rejected_turn_kinds has repeat
+
+    def token_marks(self, record: dict) -> dict[str, list[int]]:
+        """The marks of each TOKEN_KINDS marker that is on (name_slip, repeat) for one record."""
+        markers = {"name_slip": self.name_slips, "repeat": self.repeats}
+        return {kind: marker.marks(record) for kind, marker in markers.items() if marker is not None}
+
+
+def merged_marks(marks: dict[str, list[int]]) -> list[int] | None:
+    """One 0/1 list from several markers' marks (None when there are none)."""
+    if not marks:
+        return None
+    return [int(any(column)) for column in zip(*marks.values())]
 
 
 def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_steps: int, device: str) -> Parts:
@@ -328,7 +344,13 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
         from components.travel.names import world_name_words
 
         name_slips = NameSlipMarker(world_name_words(world), tokenizer)
-    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, name_slips)
+    repeats = None
+    if "repeat" in params.rejected_turn_kinds:
+        from components.training.rl.repeats import RepeatMarker
+
+        repeats = RepeatMarker(tokenizer)
+    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, name_slips,
+                 repeats)
 
 
 def step_advantages(groups: list[list[Scored]], scale_rewards: str, negative_weight: float = 1.0):
@@ -344,6 +366,21 @@ def step_advantages(groups: list[list[Scored]], scale_rewards: str, negative_wei
     group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])
     rewards = torch.tensor([s.reward.total for s in scored], dtype=torch.float32)
     return scored, weight_negative(group_advantages(rewards, group_ids, scale_rewards), negative_weight).tolist()
+
+
+def probe_metrics(probes: list[Scored], records: list[dict], trained: list) -> dict[str, float]:
+    """The greedy probes' reward and components, delivery, check pass rates and trained (rejected) tokens an
+    episode (probe/*); `trained` are their update.Rollouts."""
+    from components.training.rl.rewards import check_pass_rates
+
+    if not probes:
+        return {}
+    out = {f"probe/{key.split('/', 1)[1]}".replace("probe/mean", "probe/reward"): value
+           for key, value in reward_metrics(probes).items()}
+    out["probe/delivered"] = episode_metrics(records)["episode/delivered"]
+    out.update({f"probe/checks/{k}": v for k, v in check_pass_rates(records).items()})
+    out["probe/trained_tokens"] = sum(r.num_trained for r in trained) / len(probes)
+    return out
 
 
 def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int) -> dict[str, float]:
@@ -432,10 +469,15 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
         update_start = time.perf_counter()
         marked = (not params.reinforce_rejected_turns) or params.rejected_turn_advantage is not None
-        slips = [parts.name_slips.marks(s.record) for s in scored] if parts.name_slips else [None] * len(scored)
+        marks = [parts.token_marks(s.record) for s in scored]
         rollouts = [rollout_from_record(s.record, a, params.rejected_turn_kinds if marked else (),
-                                        slip if marked else None)
-                    for s, a, slip in zip(scored, advantages, slips)]
+                                        merged_marks(m) if marked else None)
+                    for s, a, m in zip(scored, advantages, marks)]
+        # greedy probes: only their rejected tokens are trained (the params require rejected_turn_advantage)
+        probe_marks = [parts.token_marks(s.record) for s in batch.probes]
+        probes = [rollout_from_record(s.record, 0.0, params.rejected_turn_kinds, merged_marks(m), only_rejected=True)
+                  for s, m in zip(batch.probes, probe_marks)]
+        rollouts += [r for r in probes if r.num_trained]
         ref = None
         if parts.ref_model is not None and rollouts:
             ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,
@@ -453,7 +495,10 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         metrics = step_metrics(batch, stats, seconds, len(scored))
         metrics.update({"progress/epoch": cursor.epoch, "progress/fraction": progress})
         if parts.name_slips and scored:  # words coined an episode (first occurrences; components/travel/names.py)
-            metrics["episode/invented_names"] = sum(sum(slip) for slip in slips) / len(scored)
+            metrics["episode/invented_names"] = sum(sum(m["name_slip"]) for m in marks) / len(scored)
+        if parts.repeats and scored:  # places an episode's plan names again (sampled plans: almost never)
+            metrics["episode/repeat_tokens"] = sum(sum(m["repeat"]) for m in marks) / len(scored)
+        metrics.update(probe_metrics(batch.probes, [s.record for s in batch.probes], probes))
         log(metrics, step)
         row = csv_row(step, metrics)
         history.append(row)

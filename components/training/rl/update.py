@@ -35,9 +35,11 @@ class Rollout:
         return int(sum(self.loss_mask))
 
 
-REJECTED_KINDS = ("protocol_error", "truncated", "loop", "name_slip")  # which sampled tokens count as rejected:
-# turns of the agent loop's record["turns"] the env did not accept (protocol errors, turns cut at the per-turn token
-# limit, or only the repeating tail of a cut turn), or the tokens that coined a name (name_slips.NameSlipMarker)
+REJECTED_KINDS = ("protocol_error", "truncated", "loop", "name_slip", "repeat")  # which sampled tokens count as
+# rejected: turns of the agent loop's record["turns"] the env did not accept (protocol errors, turns cut at the
+# per-turn token limit, or only the repeating tail of a cut turn), the tokens that coined a name
+# (name_slips.NameSlipMarker) or that named a restaurant or attraction a second time (repeats.RepeatMarker)
+TOKEN_KINDS = ("name_slip", "repeat")  # marked token by token by a marker, not from record["turns"]
 LOOP_MIN_TOKENS = 32  # a cut turn's tail is a loop when at least this many tokens repeat an earlier stretch ...
 LOOP_MAX_PERIOD = 32  # ... of at most this many tokens
 
@@ -76,7 +78,7 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
     unknown = set(kinds) - set(REJECTED_KINDS)
     if unknown:
         raise ValueError(f"unknown rejected turn kinds {sorted(unknown)}; choose from {list(REJECTED_KINDS)}")
-    whole = {kind for kind in kinds if kind not in ("loop", "name_slip")}  # name slips: name_slips.py
+    whole = {kind for kind in kinds if kind != "loop" and kind not in TOKEN_KINDS}  # markers: TOKEN_KINDS
     looping = "loop" in kinds
     if not any(turn.get("kind") in whole or (looping and turn.get("kind") == "truncated") for turn in turns):
         return [0] * len(mask)
@@ -103,25 +105,32 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
 
 
 def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence[str] = (),
-                        name_slips: Sequence[int] | None = None) -> Rollout:
+                        marks: Sequence[int] | None = None, only_rejected: bool = False) -> Rollout:
     """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs; with
     `rejected_kinds`, also `turns`: which tokens belong to turns of those kinds the environment rejected; with
-    `name_slips` (per response token, from `NameSlipMarker.marks`) those tokens count as rejected too)."""
+    `marks` (per response token, from the TOKEN_KINDS markers, e.g. `NameSlipMarker.marks`) those tokens count as
+    rejected too). With `only_rejected` (a greedy probe) the loss mask keeps only the rejected tokens: nothing else
+    of the episode is trained."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
     logprobs = record.get("response_logprobs")
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
     rejected = None
-    if rejected_kinds or name_slips is not None:
+    if rejected_kinds or marks is not None:
         rejected = rejected_turn_tokens(record, rejected_kinds) if rejected_kinds else [0] * len(response)
-        if name_slips is not None:
-            if len(name_slips) != len(response):
-                raise ValueError(f"record {record.get('idx')}: {len(name_slips)} name-slip marks for "
+        if marks is not None:
+            if len(marks) != len(response):
+                raise ValueError(f"record {record.get('idx')}: {len(marks)} token marks for "
                                  f"{len(response)} response ids")
-            rejected = [int(a or b) for a, b in zip(rejected, name_slips)]
+            rejected = [int(a or b) for a, b in zip(rejected, marks)]
         rejected = [0] * len(prompt) + rejected
-    return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
+    elif only_rejected:
+        raise ValueError("only_rejected needs rejected_kinds or marks: which tokens of the probe to train")
+    loss_mask = [0] * len(prompt) + list(mask)
+    if only_rejected:
+        loss_mask = [int(m and r) for m, r in zip(loss_mask, rejected)]
+    return Rollout(input_ids=list(prompt) + list(response), loss_mask=loss_mask,
                    advantage=float(advantage), old_logprobs=old, rejected=rejected)
 
 

@@ -275,7 +275,37 @@ def test_the_token_that_coined_a_name_is_marked_once_as_a_name_slip(tiny_world, 
         before = tokenizer.decode(record["response_ids"][start:marked], skip_special_tokens=False)
         upto = tokenizer.decode(record["response_ids"][start:marked + 1], skip_special_tokens=False)
         assert len(before) <= slip < len(upto), (before, upto)
-    rollout = rollout_from_record(record, advantage=0.5, rejected_kinds=["name_slip"], name_slips=marks)
+    rollout = rollout_from_record(record, advantage=0.5, rejected_kinds=["name_slip"], marks=marks)
     assert rollout.rejected == [0] * len(record["prompt_ids"]) + marks
-    with pytest.raises(ValueError, match="name-slip marks"):
-        rollout_from_record(record, advantage=0.5, rejected_kinds=["name_slip"], name_slips=marks[:-1])
+    with pytest.raises(ValueError, match="token marks"):
+        rollout_from_record(record, advantage=0.5, rejected_kinds=["name_slip"], marks=marks[:-1])
+
+
+def test_the_tokens_that_name_a_place_again_are_marked_as_a_repeat_and_a_probe_trains_only_them(
+        tiny_world, tokenizer, query):
+    """`repeat` marks the sampled tokens of the answer that name a restaurant a second time (the dinner that repeats
+    day 1's lunch), not its first naming nor any other token; a greedy probe's rollout (`only_rejected`) trains
+    exactly those tokens."""
+    from components.training.rl.repeats import RepeatMarker
+
+    restaurant = tiny_world.restaurants_in(query.dest)[0]["Name"] + ", " + query.dest
+    days = [{"days": d, "current_city": query.dest, "transportation": "-", "breakfast": "-", "attraction": "-",
+             "lunch": restaurant if d == 1 else "-", "dinner": restaurant if d == 2 else "-",
+             "accommodation": "-"} for d in (1, 2, 3)]
+    script = [call("SearchRestaurant", city=query.dest),
+              "<think>done</think><answer>" + json.dumps(days) + "</answer>"]
+    record = run(tiny_world, tokenizer, query, script, max_tokens_per_turn=2000)
+    assert record["turns"][-1]["kind"] == "answer"
+    marks = RepeatMarker(tokenizer).marks(record)
+    marked = tokenizer.decode([t for t, m in zip(record["response_ids"], marks) if m], skip_special_tokens=False)
+    assert restaurant in marked and len(marked) < len(restaurant) + 8  # the name, at most a token either side
+    answer_start = [i for i, m in enumerate(record["response_mask"]) if m and not record["response_mask"][i - 1]][-1]
+    first = tokenizer.decode(record["response_ids"][answer_start:answer_start + marks[answer_start:].index(1)],
+                             skip_special_tokens=False)
+    assert first.count(restaurant) == 1 and '"dinner"' in first[-14:]  # marks start at the dinner, after the lunch
+    probe = rollout_from_record(record, 0.0, ["protocol_error", "repeat"], marks, only_rejected=True)
+    assert probe.loss_mask == [0] * len(record["prompt_ids"]) + marks and probe.num_trained == sum(marks)
+    without = run(tiny_world, tokenizer, query, script[:1], max_tokens_per_turn=2000)
+    assert sum(RepeatMarker(tokenizer).marks(without)) == 0
+    with pytest.raises(ValueError, match="only_rejected"):
+        rollout_from_record(record, 0.0, only_rejected=True)

@@ -79,6 +79,31 @@ def test_name_slips_reach_the_stage_and_their_count_is_logged(tmp_path, tiny_mod
     assert "episode/invented_names" not in logged[0]
 
 
+def test_greedy_probes_roll_out_beside_the_samples_and_stay_out_of_the_reward_curve(tmp_path, tiny_model_dir,
+                                                                                     tiny_world_dir, rl_queries_path):
+    """`greedy_probes` adds one greedy episode per query a step: logged as probe/*, trained only on its rejected
+    tokens, and invisible to the sampled episodes (the first step's samples and reward row are the same with and
+    without probes). Without rejected_turn_advantage a probe would train nothing, so the params refuse it."""
+    credit = {**TINY, "max_steps": 1, "rejected_turn_advantage": -1.0,  # the untrained model's turns are all cut
+              "rejected_turn_kinds": ["protocol_error", "truncated", "repeat"]}
+    logged = []
+    with_probes = paths_in(tmp_path / "a", tiny_model_dir, tiny_world_dir, rl_queries_path)
+    train(RLParams.model_validate({**credit, "greedy_probes": True}), with_probes,
+          log=lambda metrics, step: logged.append(metrics), progress_bar=False)
+    (metrics,) = logged
+    assert metrics["probe/delivered"] == 0 and "probe/reward" in metrics
+    assert metrics["probe/trained_tokens"] == TINY["rollout"]["max_tokens_per_turn"]  # its one turn, cut: the episode ends
+    assert metrics["batch/trajectories"] == TINY["num_generations"]  # probes are not in the groups
+    without = paths_in(tmp_path / "b", tiny_model_dir, tiny_world_dir, rl_queries_path)
+    logged.clear()
+    train(RLParams.model_validate(credit), without, log=lambda metrics, step: logged.append(metrics),
+          progress_bar=False)
+    assert not any(key.startswith("probe/") for key in logged[0])
+    assert with_probes.rewards_csv.read_text() == without.rewards_csv.read_text()
+    with pytest.raises(ValueError, match="rejected_turn_advantage"):
+        RLParams.model_validate({**TINY, "greedy_probes": True})
+
+
 def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_steps(tmp_path, tiny_model_dir,
                                                                                   tiny_world_dir, rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
