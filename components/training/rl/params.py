@@ -100,6 +100,17 @@ class EvalParams(Params):
     max_queries: int | None = Field(None, gt=0)  # the first N held-out queries (null: all of them)
 
 
+class AnchorParams(Params):
+    """A supervised anchor in every RL update (InstructGPT's PPO-ptx, Ouyang et al. 2022, arXiv 2203.02155, with the
+    SFT data in place of pre-training text): loss += coef * the mean NLL of the assistant tokens of `batch_size`
+    teacher trajectories drawn afresh each step from the SFT records (`star rl --anchor-data`). A step large enough
+    to move the tiny policy breaks its protocol (docs/tiny_preset.md, session 24); the anchor pulls the behaviour the
+    teacher showed back while the policy gradient moves the rest. Off when coef is 0."""
+
+    coef: float = Field(0.0, ge=0)
+    batch_size: int = Field(4, gt=0)
+
+
 class DistributedParams(Params):
     strategy: Literal["none", "deepspeed"] = "none"  # deepspeed: accelerate + DeepSpeed ZeRO (needs the [gpu] extra)
     zero_stage: Literal[2, 3] = 2
@@ -165,6 +176,7 @@ class RLParams(Params):
     rollout: RolloutParams = RolloutParams()
     env: EnvParams = EnvParams()
     eval: EvalParams = EvalParams()
+    sft_anchor: AnchorParams = AnchorParams()
     distributed: DistributedParams = DistributedParams()
     # checkpoints
     checkpoint_every: int = Field(1, gt=0)  # steps between checkpoints

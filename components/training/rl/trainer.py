@@ -43,6 +43,7 @@ class RLPaths:
     metrics: Path
     plots: Path
     eval_queries: Path | None = None  # held-out queries for `rl.eval` (the validation queries)
+    anchor_data: Path | None = None  # SFT records for `rl.sft_anchor` (data/sft/train.jsonl)
 
     @property
     def rewards_csv(self) -> Path:
@@ -184,6 +185,31 @@ def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
     if not queries:
         raise UserError(f"held-out query file {paths.eval_queries} holds no queries (rl.eval)")
     return level_stratified_prefix(queries, params.eval.max_queries) if params.eval.max_queries else queries
+
+
+def load_anchor(params: RLParams, paths: RLPaths, tokenizer) -> list | None:
+    """The teacher trajectories of `rl.sft_anchor` as sft.SFTExamples (None when it is off); a record longer than
+    the rollouts' context is left out, as SFT drops an overlong one."""
+    from components.training.sft import build_examples, load_records
+
+    if not params.sft_anchor.coef:
+        return None
+    if paths.anchor_data is None or not Path(paths.anchor_data).exists():
+        raise UserError(f"rl.sft_anchor.coef is {params.sft_anchor.coef} but the SFT records {paths.anchor_data} do "
+                        "not exist: pass --anchor-data data/sft/train.jsonl (made by `dvc repro sft_data`), or set "
+                        "rl.sft_anchor.coef: 0")
+    examples, _ = build_examples(tokenizer, load_records(paths.anchor_data), params.rollout.max_context_tokens,
+                                 source=str(paths.anchor_data))
+    if not examples:
+        raise UserError(f"{paths.anchor_data} holds no SFT record that fits rl.rollout.max_context_tokens")
+    return examples
+
+
+def anchor_batch(examples: list | None, size: int, seed: int, step: int) -> list | None:
+    """The step's anchor trajectories: `size` of them drawn from (seed, step), so a resumed run draws the same."""
+    if not examples:
+        return None
+    return random.Random(seed * 1_000_003 + step * 7_919).sample(examples, min(size, len(examples)))
 
 
 def evaluate_greedy(engine, queries: list) -> dict:
@@ -336,7 +362,7 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
                           advantage_reweight_alpha=params.advantage_reweight_alpha,
                           reinforce_rejected_turns=params.reinforce_rejected_turns,
                           rejected_turn_advantage=params.rejected_turn_advantage,
-                          entropy_coeff=params.entropy_coeff)
+                          entropy_coeff=params.entropy_coeff, anchor_coef=params.sft_anchor.coef)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     name_slips = None
     if "name_slip" in params.rejected_turn_kinds:
@@ -423,6 +449,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     state = ckpt.load_state(resume_dir) if resume_dir else ckpt.TrainState()
     parts = build_parts(params, paths, world, resume_dir or paths.model, total_steps, resolve_device(params.device))
     optimizer, engine = parts.optimizer, parts.engine
+    anchor_examples = load_anchor(params, paths, parts.tokenizer)
     if resume_dir is not None:
         optimizer.load(resume_dir)
         ckpt.restore_checkpoint_rng(resume_dir)
@@ -483,7 +510,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
             ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,
                                 parts.update_config.temperature, overwrite=False)
         stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
-                              ref_logprobs=ref)
+                              ref_logprobs=ref, anchor=anchor_batch(anchor_examples, params.sft_anchor.batch_size,
+                                                                    params.seed, step))
         stats["lr"] = optimizer.lr
         optimizer.schedule_step()
         parts.sync.push(optimizer.unwrap())

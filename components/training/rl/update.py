@@ -237,6 +237,7 @@ class UpdateConfig:
     reinforce_rejected_turns: bool = True
     rejected_turn_advantage: float | None = None
     entropy_coeff: float = 0.0
+    anchor_coef: float = 0.0  # rl.sft_anchor.coef: weight of the teacher trajectories' NLL in every optimizer step
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -245,12 +246,33 @@ def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
     return config.num_iterations == 1 and (config.mini_batch_size or n_rollouts) >= n_rollouts
 
 
+def anchor_backward(model, optimizer, examples: Sequence, coef: float, micro_batch_size: int, pad_id: int) -> float:
+    """Accumulate coef * (mean NLL over the assistant tokens of `examples`, sft.SFTExample teacher trajectories) into
+    the gradients, micro-batch by micro-batch; returns that mean NLL (the SFT stage's loss on them)."""
+    from components.training.sft import collate, masked_loss_sum
+
+    total = sum(sum(e.mask[1:]) for e in examples)  # position 0 predicts nothing
+    if not examples or total == 0:
+        return 0.0
+    nll = 0.0
+    for micro in chunks(sorted(examples, key=len), micro_batch_size):
+        batch = collate(list(micro), pad_id)
+        device = next(model.parameters()).device
+        loss_sum, _ = masked_loss_sum(model, {k: v.to(device) for k, v in batch.items()})
+        optimizer.backward(coef * loss_sum / total, sync=False)
+        nll += loss_sum.item()
+    return nll / total
+
+
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
-                  ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
+                  ref_logprobs: list[list[float]] | None = None, anchor: Sequence | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
-    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
+    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss).
+    With `anchor` (teacher trajectories) and `config.anchor_coef` > 0, each optimizer step also descends
+    anchor_coef * their mean NLL (`anchor_backward`)."""
     turn_credit = bool(config.rejected_turn_advantage) and any(any(r.rejected or ()) for r in rollouts)
-    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and not turn_credit
+    anchored = bool(config.anchor_coef) and bool(anchor)
+    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and not turn_credit and not anchored
                         and all(r.advantage == 0 for r in rollouts)):
         # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
@@ -266,11 +288,14 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
         fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True)
     totals: dict[str, float] = {}
     weight = 0.0
-    grad_norms = []
+    grad_norms, anchor_nll = [], []
     model.train()
     mini_size = config.mini_batch_size or len(rollouts)
     for _ in range(config.num_iterations):
         for mini_start in range(0, len(rollouts), mini_size):
+            if anchored:
+                anchor_nll.append(anchor_backward(model, optimizer, anchor, config.anchor_coef,
+                                                  config.micro_batch_size, pad_id))
             minibatch = rollouts[mini_start:mini_start + mini_size]
             tokens = sum(r.num_trained for r in minibatch)
             order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
@@ -320,6 +345,8 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     steps = max(1, len(grad_norms))
     out = {key: (value / steps if key == "loss" else value / max(weight, 1.0)) for key, value in totals.items()}
     out["grad_norm"] = sum(grad_norms) / steps
+    if anchor_nll:
+        out["anchor_nll"] = sum(anchor_nll) / len(anchor_nll)
     out["optimizer_steps"] = len(grad_norms)
     out["trained_tokens"] = sum(r.num_trained for r in rollouts) * config.num_iterations
     passes = config.num_iterations + int(recompute)  # forward(+backward) passes over every sequence
