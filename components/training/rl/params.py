@@ -168,6 +168,10 @@ class RLParams(Params):
     # rejected tokens (rejected_turn_kinds, with rejected_turn_advantage set) and left out of the reward curve;
     # logged as probe/*. Greedy plans repeat places that sampled ones never do (docs/tiny_preset.md, session 38).
     greedy_probes: bool = False
+    # A_t on the tokens of the `repeat` kind instead of rejected_turn_advantage (None: that one). A repeat is decided
+    # at the one or two tokens where the second naming starts; the rest of the name is copied with probability ~1
+    # and takes almost no gradient, so under a token mean over the step's ~13K sampled tokens c = -1 barely moves it.
+    repeat_advantage: float | None = Field(None, lt=0)
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
     reward: RewardParams = RewardParams()
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
@@ -208,6 +212,10 @@ class RLParams(Params):
         if self.greedy_probes and self.rejected_turn_advantage is None:
             raise ValueError("rl.greedy_probes trains a probe only on its rejected tokens, and "
                              "rl.rejected_turn_advantage is null: set it (e.g. -1), or set rl.greedy_probes: false")
+        if self.repeat_advantage is not None and (self.rejected_turn_advantage is None
+                                                  or "repeat" not in self.rejected_turn_kinds):
+            raise ValueError("rl.repeat_advantage is the advantage of the `repeat` tokens among the rejected ones: "
+                             "it needs rl.rejected_turn_advantage set and `repeat` in rl.rejected_turn_kinds")
         return self
 
     @property

@@ -317,6 +317,14 @@ class Parts:
         return {kind: marker.marks(record) for kind, marker in markers.items() if marker is not None}
 
 
+def kind_credit(marks: dict[str, list[int]], params: RLParams) -> list[float] | None:
+    """Per response token, the advantage of a token kind that has its own (`rl.repeat_advantage` on `repeat` marks),
+    0 elsewhere; None when no kind has one."""
+    if params.repeat_advantage is None or "repeat" not in marks:
+        return None
+    return [params.repeat_advantage if m else 0.0 for m in marks["repeat"]]
+
+
 def merged_marks(marks: dict[str, list[int]]) -> list[int] | None:
     """One 0/1 list from several markers' marks (None when there are none)."""
     if not marks:
@@ -498,11 +506,13 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         marked = (not params.reinforce_rejected_turns) or params.rejected_turn_advantage is not None
         marks = [parts.token_marks(s.record) for s in scored]
         rollouts = [rollout_from_record(s.record, a, params.rejected_turn_kinds if marked else (),
-                                        merged_marks(m) if marked else None)
+                                        merged_marks(m) if marked else None,
+                                        credit=kind_credit(m, params) if marked else None)
                     for s, a, m in zip(scored, advantages, marks)]
         # greedy probes: only their rejected tokens are trained (the params require rejected_turn_advantage)
         probe_marks = [parts.token_marks(s.record) for s in batch.probes]
-        probes = [rollout_from_record(s.record, 0.0, params.rejected_turn_kinds, merged_marks(m), only_rejected=True)
+        probes = [rollout_from_record(s.record, 0.0, params.rejected_turn_kinds, merged_marks(m), only_rejected=True,
+                                      credit=kind_credit(m, params))
                   for s, m in zip(batch.probes, probe_marks)]
         rollouts += [r for r in probes if r.num_trained]
         ref = None

@@ -29,6 +29,8 @@ class Rollout:
     advantage: float
     old_logprobs: list[float] | None = None  # aligned with input_ids (0 on the prompt); None: recompute
     rejected: list[int] | None = None  # aligned with input_ids: 1 on the tokens of turns the environment rejected
+    credit: list[float] | None = None  # aligned with input_ids: A_t for these rejected tokens where non-zero
+    # (a kind with its own advantage, e.g. rl.repeat_advantage); elsewhere rejected tokens get rejected_turn_advantage
 
     @property
     def num_trained(self) -> int:
@@ -105,12 +107,14 @@ def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) ->
 
 
 def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence[str] = (),
-                        marks: Sequence[int] | None = None, only_rejected: bool = False) -> Rollout:
+                        marks: Sequence[int] | None = None, only_rejected: bool = False,
+                        credit: Sequence[float] | None = None) -> Rollout:
     """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs; with
     `rejected_kinds`, also `turns`: which tokens belong to turns of those kinds the environment rejected; with
     `marks` (per response token, from the TOKEN_KINDS markers, e.g. `NameSlipMarker.marks`) those tokens count as
     rejected too). With `only_rejected` (a greedy probe) the loss mask keeps only the rejected tokens: nothing else
-    of the episode is trained."""
+    of the episode is trained. `credit` (per response token, 0 = none) gives marked tokens an advantage of their
+    own in place of `rejected_turn_advantage`."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
@@ -130,8 +134,13 @@ def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence
     loss_mask = [0] * len(prompt) + list(mask)
     if only_rejected:
         loss_mask = [int(m and r) for m, r in zip(loss_mask, rejected)]
+    if credit is not None:
+        if len(credit) != len(response) or rejected is None:
+            raise ValueError(f"record {record.get('idx')}: {len(credit)} credit values for {len(response)} response "
+                             "ids (credit goes with the marks of the tokens it is for)")
+        credit = [0.0] * len(prompt) + [float(c) if r else 0.0 for c, r in zip(credit, rejected[len(prompt):])]
     return Rollout(input_ids=list(prompt) + list(response), loss_mask=loss_mask,
-                   advantage=float(advantage), old_logprobs=old, rejected=rejected)
+                   advantage=float(advantage), old_logprobs=old, rejected=rejected, credit=credit)
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
@@ -148,6 +157,8 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
                                      dtype=torch.float32),
         "advantages": torch.tensor([r.advantage for r in rollouts], dtype=torch.float32),
         "rejected": torch.tensor([pad(r.rejected or [0] * len(r.input_ids), 0) for r in rollouts], dtype=torch.bool),
+        "credit": torch.tensor([pad(r.credit or [0.0] * len(r.input_ids), 0.0) for r in rollouts],
+                               dtype=torch.float32),
     }
 
 
@@ -328,6 +339,8 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                 if config.rejected_turn_advantage is not None:
                     advantages = rejected_turn_credit(advantages, batch["rejected"].to(device) & mask.bool(),
                                                       config.rejected_turn_advantage)
+                    credit = batch["credit"].to(device)
+                    advantages = torch.where((credit != 0) & mask.bool(), credit, advantages)
                 loss, stats = policy_loss(
                     logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,

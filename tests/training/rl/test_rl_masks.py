@@ -305,6 +305,8 @@ def test_the_tokens_that_name_a_place_again_are_marked_as_a_repeat_and_a_probe_t
     assert first.count(restaurant) == 1 and '"dinner"' in first[-14:]  # marks start at the dinner, after the lunch
     probe = rollout_from_record(record, 0.0, ["protocol_error", "repeat"], marks, only_rejected=True)
     assert probe.loss_mask == [0] * len(record["prompt_ids"]) + marks and probe.num_trained == sum(marks)
+    own = rollout_from_record(record, 0.0, ["protocol_error", "repeat"], marks, credit=[-4.0] * len(marks))
+    assert own.credit == [0.0] * len(record["prompt_ids"]) + [-4.0 * m for m in marks]  # only on marked tokens
     without = run(tiny_world, tokenizer, query, script[:1], max_tokens_per_turn=2000)
     assert sum(RepeatMarker(tokenizer).marks(without)) == 0
     with pytest.raises(ValueError, match="only_rejected"):

@@ -270,6 +270,28 @@ def test_rejected_turns_get_the_turn_level_advantage_in_every_episode(tiny_model
     assert loss(None) == pytest.approx(0.0, abs=1e-6)  # as published: +1 x 3 and -1 x 3
 
 
+def test_a_kind_with_its_own_credit_overrides_the_turn_level_advantage_on_its_tokens(tiny_model_dir):
+    """Rollout.credit (rl.repeat_advantage on `repeat` marks): the good episode's second sampled token is a repeat
+    with credit -4, its first a rejected turn's token with c = -1, so the per-token advantages are [-1, -4, +1] and
+    [-1, -1, -1] for the other: token-mean loss -(-1 - 4 + 1 - 1 - 1 - 1) / 6 = 7/6 at ratio 1."""
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, update_policy
+
+    model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+    good = Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0,
+                   rejected=[0, 0, 1, 1, 0], credit=[0, 0, 0, -4.0, 0])
+    bad = Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0,
+                  rejected=[0, 0, 0, 1, 1])
+    optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+    config = UpdateConfig(micro_batch_size=2, rejected_turn_advantage=-1.0)
+    assert update_policy(model, optimizer, [good, bad], config, pad_id=0)["loss"] == pytest.approx(7 / 6, rel=1e-5)
+    with pytest.raises(ValueError, match="repeat_advantage"):
+        RLParams(repeat_advantage=-4.0, rejected_turn_advantage=-1.0)  # `repeat` is not among the kinds
+    assert RLParams(repeat_advantage=-4.0, rejected_turn_advantage=-1.0,
+                    rejected_turn_kinds=["protocol_error", "repeat"]).repeat_advantage == -4.0
+
+
 def test_a_tied_step_still_trains_its_rejected_turns(tiny_model_dir):
     """Every group tied (advantage 0 everywhere), but one episode has a rejected turn: with the turn-level
     advantage the step is taken and lowers that turn's likelihood; without it no step is taken."""
