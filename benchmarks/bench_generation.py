@@ -33,7 +33,7 @@ import transformers
 
 from components.agent import tokens
 from components.agent.hf import HFPolicy
-from components.agent.loop import Limits, run_episodes, travel_episodes
+from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
 from components.agent.types import TurnRequest
 from components.models.factory import build_tiny_model, count_parameters
 from components.models.tokenizer import build_tiny_tokenizer
@@ -44,14 +44,15 @@ from components.travel.world import World
 
 
 def expert_trajectories(num_queries: int) -> list[dict]:
-    """Expert trajectory records on the tiny synthetic world (the teacher's data, without evaluation)."""
+    """Expert trajectory records on the tiny synthetic world, evaluated like the teacher stage's (the SFT filter
+    keeps only the strict passes)."""
     with tempfile.TemporaryDirectory() as tmp:
         write_synthetic_world(tiny_world_params(), Path(tmp) / "world")
         world = World.load(Path(tmp) / "world")
     splits, _ = synthesize_splits(world, QueriesParams(sizes={"sft": num_queries, "rl": 0, "val": 0}),
                                   progress=False)
     return run_episodes(travel_episodes(world, splits["sft"]), ExpertPolicy(ExpertConfig(seed=0)), Limits(),
-                        progress=False)
+                        evaluate=travel_evaluate(world), progress=False)
 
 
 def context_ids(tokenizer, messages: list[dict], cut: int) -> list[int]:
