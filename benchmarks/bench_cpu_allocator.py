@@ -1,39 +1,153 @@
-"""Benchmark the CPU SFT loop with glibc's default large-block handling against `retain_freed_memory`, side by side.
+"""Benchmark the CPU SFT loop under glibc allocator settings: speed side by side, peak memory one process each.
 
-One process trains two copies of one model on the same SFT examples in alternating blocks of optimiser steps:
-"glibc" blocks run with glibc's steady-state defaults (blocks above 32 MB come from a fresh mmap and are unmapped
-on free; the heap top is trimmed above 64 MB free: what its dynamic threshold settles at), "retained" blocks with
-`components.cpu_allocator`'s setting (no mmap, no trimming: freed blocks are reused). Alternating puts a change of
-the machine's load on both. It prints each one's tokens per second, the ratio, the resident memory after each kind
-of block, and checks that both copies end with identical weights (the setting must not change the arithmetic).
+Speed: one process trains one copy of the model per setting on the same SFT examples, in alternating blocks of
+optimiser steps, switching glibc's `mallopt` settings before each block, so a change of the machine's load falls
+on every setting (`retain_freed_memory` runs once first; it is cached, so the loop's calls change nothing).
+Memory: the heap a setting builds is what it costs, and settings sharing a process share a heap, so with
+`--memory-steps N` every setting also trains N steps in a fresh process of its own and reports that process's peak
+resident set (VmHWM). All copies must end with identical weights: the settings change no arithmetic.
+Rollouts (`--rollouts CHECKPOINT`): one RL step's sampled episodes (4 queries x 4 at temperature 0.6, seeded, so
+every setting decodes the same tokens) under each setting in turn, for `--rounds` rounds; decoding allocates a
+fresh key/value cache buffer every round of 32 tokens, tens of MB at batch 16.
 
-    python benchmarks/bench_cpu_allocator.py --data data/sft --model models/base   # a built pipeline's data/base
-    python benchmarks/bench_cpu_allocator.py                                        # self-contained: expert data
+Settings (glibc's parameter names):
+  glibc          its steady-state defaults: blocks above 32 MB mmapped and unmapped on free, heap trimmed above 64 MB
+  retained       no mmap, no trimming: every freed block stays for reuse (`retain_freed_memory` until session 40)
+  retained<32MB  blocks of 32 MB and more mmapped, the rest retained, no trimming
+  retained<4MB   blocks of 4 MB and more mmapped, the rest retained, no trimming (`retain_freed_memory` now)
+
+    python benchmarks/bench_cpu_allocator.py --data data/sft --model models/base --memory-steps 120
+    python benchmarks/bench_cpu_allocator.py --steps 0 --rollouts models/sft   # rollouts only (after dvc repro sft)
+    python benchmarks/bench_cpu_allocator.py --queries 60                     # self-contained: expert data
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import torch
 from bench_sft_autocast import from_disk, self_contained
 
-from components.cpu_allocator import M_MMAP_MAX, M_TRIM_THRESHOLD, NEVER_TRIM, mallopt_function
+from components.cpu_allocator import (M_MMAP_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, NEVER_TRIM, mallopt_function,
+                                      retain_freed_memory)
 from components.training.sft import SFTParams, build_examples, cpu_has_native_bf16, train_torch
 
-M_MMAP_THRESHOLD = -3
-GLIBC_STEADY = {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 32 * 2**20, M_TRIM_THRESHOLD: 64 * 2**20}
-RETAINED = {M_MMAP_MAX: 0, M_TRIM_THRESHOLD: NEVER_TRIM}
+MIB = 2**20
+SETTINGS = {
+    "glibc": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 32 * MIB, M_TRIM_THRESHOLD: 64 * MIB},
+    "retained": {M_MMAP_MAX: 0, M_TRIM_THRESHOLD: NEVER_TRIM},
+    "retained<32MB": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 32 * MIB, M_TRIM_THRESHOLD: NEVER_TRIM},
+    "retained<4MB": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 4 * MIB, M_TRIM_THRESHOLD: NEVER_TRIM},
+}
 
 
-def resident_mib() -> float:
+def apply(setting: str) -> None:
+    mallopt = mallopt_function()
+    if mallopt is None:
+        raise SystemExit("this benchmark needs glibc's mallopt (Linux with glibc)")
+    for param, value in SETTINGS[setting].items():
+        if not mallopt(param, value):
+            raise SystemExit(f"mallopt({param}, {value}) was rejected")
+
+
+def peak_resident_mib() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def sft_params(steps: int, seed: int) -> SFTParams:
+    dtype = "bfloat16" if cpu_has_native_bf16() else "float32"
+    return SFTParams(epochs=100, max_steps=steps, batch_size=4, micro_batch_size=4, learning_rate=2e-3,
+                     eval_every=10**6, backend="torch", dtype=dtype, seed=seed)
+
+
+def load(args):
+    tokenizer, model, records = from_disk(args.data, args.model) if args.data else self_contained(args.queries)
+    examples, _ = build_examples(tokenizer, records, cutoff_len=8192)
+    return tokenizer, model, examples
+
+
+def weights_digest(model) -> str:
+    import hashlib
+
+    digest = hashlib.md5()
+    for p in model.parameters():
+        digest.update(p.detach().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def peak_of(args) -> None:
+    """The child process: load, apply one setting, train, print JSON (peak resident, seconds, weights digest)."""
+    tokenizer, model, examples = load(args)
+    retain_freed_memory()  # cached: the loop's own call below is then a no-op and leaves the setting under test
+    apply(args.peak_of)
+    started = time.perf_counter()
+    train_torch(model, tokenizer, examples, [], sft_params(args.memory_steps, 0), progress=False)
+    print(json.dumps({"setting": args.peak_of, "peak_mib": peak_resident_mib(),
+                      "seconds": time.perf_counter() - started, "digest": weights_digest(model)}))
+
+
+def memory(args) -> list[dict]:
+    rows = []
+    for setting in SETTINGS:
+        command = [sys.executable, __file__, "--peak-of", setting, "--memory-steps", str(args.memory_steps)]
+        if args.data:
+            command += ["--data", str(args.data), "--model", str(args.model)]
+        else:
+            command += ["--queries", str(args.queries)]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+def speed(args) -> tuple[dict, bool]:
+    tokenizer, model, examples = load(args)
+    retain_freed_memory()  # cached: the loop's own calls leave each block's setting alone
+    models = {name: copy.deepcopy(model) for name in SETTINGS}
+    totals = {name: [0, 0.0] for name in SETTINGS}
+    for round_ in range(args.rounds):
+        for name, m in models.items():
+            apply(name)
+            started = time.perf_counter()
+            result = train_torch(m, tokenizer, examples, [], sft_params(args.steps, round_), progress=False)
+            if round_:  # the first round warms every setting up (first-touch page faults, lazy initialisation)
+                totals[name][0] += result.summary["tokens"]
+                totals[name][1] += time.perf_counter() - started
+    digests = {weights_digest(m) for m in models.values()}
+    return {name: tokens / seconds for name, (tokens, seconds) in totals.items()}, len(digests) == 1
+
+
+def rollout_speed(args) -> tuple[dict, bool]:
+    from bench_rollout_chunks import rollouts
+
+    from components.models.loading import load_policy_model, load_tokenizer
+    from components.travel.queries import load_queries
+    from components.travel.world import World
+
+    tokenizer = load_tokenizer(args.rollouts)
+    model = load_policy_model(args.rollouts, device="cpu")  # applies retain_freed_memory once
+    world = World.load(args.world)
+    queries = load_queries(args.rl_queries)[:4]
+    totals = {name: [0, 0.0] for name in SETTINGS}
+    turns = {}
+    for round_ in range(args.rounds):
+        for name in SETTINGS:
+            apply(name)
+            run = rollouts(model, tokenizer, world, queries, 0.6, 32, samples=4)
+            turns.setdefault(name, run["turns"])
+            if round_:
+                totals[name][0] += run["sampled"]
+                totals[name][1] += run["seconds"]
+    same = all(t == turns["glibc"] for t in turns.values())
+    return {name: tokens / seconds for name, (tokens, seconds) in totals.items()}, same
 
 
 def main() -> None:
@@ -41,41 +155,36 @@ def main() -> None:
     parser.add_argument("--data", type=Path, help="an sft_data output folder (train.jsonl)")
     parser.add_argument("--model", type=Path, help="a base checkpoint folder (with --data)")
     parser.add_argument("--queries", type=int, default=120, help="expert trajectories without --data")
-    parser.add_argument("--steps", type=int, default=6, help="optimiser steps per block")
-    parser.add_argument("--rounds", type=int, default=4, help="alternating glibc/retained blocks of each")
+    parser.add_argument("--steps", type=int, default=6, help="optimiser steps per speed block (0: skip)")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating blocks of each setting (first: warm-up)")
+    parser.add_argument("--memory-steps", type=int, default=0, help="steps of each setting's own process (0: skip)")
+    parser.add_argument("--rollouts", type=Path, help="a trained checkpoint: also time one RL step's rollouts")
+    parser.add_argument("--world", type=Path, default=Path("data/world"), help="with --rollouts")
+    parser.add_argument("--rl-queries", type=Path, default=Path("data/queries/rl.jsonl"), help="with --rollouts")
+    parser.add_argument("--peak-of", choices=list(SETTINGS), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    mallopt = mallopt_function()
-    if mallopt is None:
-        raise SystemExit("this benchmark needs glibc's mallopt (Linux with glibc)")
-
-    tokenizer, model, records = from_disk(args.data, args.model) if args.data else self_contained(args.queries)
-    examples, _ = build_examples(tokenizer, records, cutoff_len=8192)
-    dtype = "bfloat16" if cpu_has_native_bf16() else "float32"
-    settings = {"glibc": GLIBC_STEADY, "retained": RETAINED}
-    models = {name: copy.deepcopy(model) for name in settings}
-    totals = {name: [0, 0.0] for name in settings}
-    resident = {name: 0.0 for name in settings}
-    for round_ in range(args.rounds):
-        for name, m in models.items():
-            for param, value in settings[name].items():
-                if not mallopt(param, value):
-                    raise SystemExit(f"mallopt({param}, {value}) was rejected")
-            params = SFTParams(epochs=100, max_steps=args.steps, batch_size=4, micro_batch_size=4,
-                               learning_rate=2e-3, eval_every=10**6, backend="torch", dtype=dtype, seed=round_)
-            started = time.perf_counter()
-            result = train_torch(m, tokenizer, examples, [], params, progress=False)
-            if round_:  # the first round warms both up (first-touch page faults, lazy initialisation)
-                totals[name][0] += result.summary["tokens"]
-                totals[name][1] += time.perf_counter() - started
-            resident[name] = resident_mib()
-    speed = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
-    same = all(torch.equal(a, b) for a, b in zip(models["glibc"].parameters(), models["retained"].parameters()))
+    if args.peak_of:
+        return peak_of(args)
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
-          f"torch {torch.__version__}, compute {dtype}")
-    print(f"{len(examples)} examples, {args.rounds - 1} timed rounds (+1 warm-up) x {args.steps} steps of 4 sequences")
-    for name, value in speed.items():
-        print(f"{name:9s} {value:8.0f} tokens/s   resident after its last block {resident[name]:7.0f} MiB")
-    print(f"retained / glibc: {speed['retained'] / speed['glibc']:.2f}x; identical weights: {same}")
+          f"torch {torch.__version__}")
+    if args.steps:
+        rates, same = speed(args)
+        print(f"speed: {args.rounds - 1} timed rounds (+1 warm-up) x {args.steps} steps of 4 sequences, alternating")
+        for name, rate in rates.items():
+            print(f"  {name:14s} {rate:8.0f} tokens/s   {rate / rates['glibc']:.2f}x glibc")
+        print(f"  identical weights: {same}")
+    if args.rollouts:
+        rates, same = rollout_speed(args)
+        print(f"rollouts: {args.rounds - 1} timed rounds (+1 warm-up) of 16 sampled episodes from {args.rollouts}")
+        for name, rate in rates.items():
+            print(f"  {name:14s} {rate:8.0f} sampled tokens/s   {rate / rates['glibc']:.2f}x glibc")
+        print(f"  identical episodes: {same}")
+    if args.memory_steps:
+        print(f"memory: {args.memory_steps} steps in a fresh process per setting")
+        rows = memory(args)
+        for row in rows:
+            print(f"  {row['setting']:14s} peak resident {row['peak_mib']:7.0f} MiB   {row['seconds']:6.1f} s")
+        print(f"  identical weights: {len({row['digest'] for row in rows}) == 1}")
 
 
 if __name__ == "__main__":

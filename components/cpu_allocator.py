@@ -1,12 +1,19 @@
 """Keep freed memory in the process for reuse: the allocator setting that CPU training and generation need.
 
-A training step of the tiny model allocates and frees the same large buffers every step (activations, the logits
-at the trained positions, attention outputs: tens of MB each). glibc serves every block above its mmap threshold
-(32 MB at most) with a fresh `mmap` and returns it with `munmap` on free, so each step page-faults and zeroes
-those pages again, and trims the heap top back to the kernel when it shrinks. On a 2-core machine that costs about
-15% of an SFT step (benchmarks/cpu_allocator.py). With mmap off and trimming disabled the freed blocks stay in the
-heap and the next step reuses them. The arithmetic is untouched, so the weights a run produces are bit for bit
-the same; only the resident memory stays at the process's peak instead of falling between steps.
+A training step of the tiny model allocates and frees the same buffers every step (activations, attention outputs,
+the logits at the trained positions: a few to a hundred MB each). By default glibc serves every block above its mmap
+threshold (which climbs to 32 MB) with a fresh `mmap` and returns it with `munmap` on free, so each step
+page-faults and zeroes those pages again, and it trims the heap top back to the kernel when it shrinks. The setting
+here keeps the freed blocks below `RETAIN_BELOW` (4 MiB) in the heap for reuse (a fixed threshold, and no trimming)
+and maps the larger ones fresh.
+
+Why not keep every block: with mmap off altogether (sessions 17-39) the heap fragments. Steps of different sequence
+lengths ask for blocks of different sizes, the holes left behind never fit the next large one, and the heap only
+grows: 4.7 GB after 40 tiny SFT steps that need under 2.5 GB, more than 11 GB by step 200 (killed there for memory
+beside other jobs), 17.2 GB by the end of a run. Mapping the blocks of 4 MB and more keeps them out of the heap: 2.8
+GB at step 40, 4.1 GB at step 200. SFT steps ran 1.03x and rollouts 0.97x as fast as keeping everything, and 1.16x
+and 1.07x glibc's defaults (benchmarks/bench_cpu_allocator.py, benchmarks/RESULTS.md). The arithmetic is untouched,
+so the weights a run produces are bit for bit the same.
 
 Applied on CPU only (a GPU run's host memory is mostly a one-off model load that should go back to the system),
 once per process, and only where the C library is glibc (`mallopt` exists); elsewhere it does nothing.
@@ -19,8 +26,10 @@ import functools
 import sys
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
+M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
 NEVER_TRIM = 2**31 - 1  # the largest value the int parameter takes: 2 GiB of free heap top before trimming
+RETAIN_BELOW = 4 * 2**20  # blocks below this stay in the heap when freed; larger ones are mmapped fresh each time
 
 
 def mallopt_function():
@@ -41,11 +50,12 @@ def mallopt_function():
 
 @functools.cache
 def retain_freed_memory() -> bool:
-    """Turn off glibc's mmap for large blocks and heap trimming for this process; True when applied.
+    """Keep freed blocks below `RETAIN_BELOW` in the heap and turn off heap trimming for this process; True when
+    applied.
 
     Idempotent (cached). Returns False off Linux, where the C library has no `mallopt` (musl, macOS), and when glibc
     rejects a setting."""
     mallopt = mallopt_function()
     if mallopt is None:
         return False
-    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
+    return bool(mallopt(M_MMAP_THRESHOLD, RETAIN_BELOW)) and bool(mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))

@@ -1,16 +1,20 @@
-"""`retain_freed_memory`: freed large blocks stay in the process for the next step instead of going back to the kernel."""
+"""`retain_freed_memory`: freed blocks below `RETAIN_BELOW` stay in the process for the next step; the largest go back.
+
+Keeping every block (mmap off) fragmented the heap of a whole SFT run to 17 GB; blocks of `RETAIN_BELOW` and more
+are mapped fresh, so they never enter the heap."""
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from components.cpu_allocator import mallopt_function, retain_freed_memory
+from components.cpu_allocator import RETAIN_BELOW, mallopt_function, retain_freed_memory
 
 needs_glibc = pytest.mark.skipif(mallopt_function() is None, reason="needs glibc's mallopt (Linux with glibc)")
 
-# A child process allocates and frees a 256 MiB block, touching every page, and prints its resident MiB with the
-# block alive and after the free. Run in a child: the setting is process-wide and cannot be taken back cleanly.
+# A child process allocates argv[3] blocks of argv[2] MiB each, touching every page, frees them, and prints its
+# resident MiB with the blocks alive and after the free. Run in a child: the setting is process-wide and cannot be
+# taken back cleanly.
 PROBE = textwrap.dedent("""
     import ctypes, sys
     from pathlib import Path
@@ -26,28 +30,39 @@ PROBE = textwrap.dedent("""
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
-    size = 256 * 2**20
-    block = libc.malloc(size)
-    ctypes.memset(block, 1, size)
+    size = int(sys.argv[2]) * 2**20
+    blocks = [libc.malloc(size) for _ in range(int(sys.argv[3]))]
+    for block in blocks:
+        ctypes.memset(block, 1, size)
     alive = resident()
-    libc.free(block)
+    for block in blocks:
+        libc.free(block)
     print(alive, resident())
 """)
 
 
-def resident_alive_and_freed(mode: str) -> tuple[int, int]:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True).stdout
+def resident_alive_and_freed(mode: str, mib: int, count: int = 1) -> tuple[int, int]:
+    out = subprocess.run([sys.executable, "-c", PROBE, mode, str(mib), str(count)], capture_output=True, text=True,
+                         check=True).stdout
     alive, freed = out.split()
     return int(alive), int(freed)
 
 
 @needs_glibc
-def test_glibc_returns_a_freed_large_block_but_retained_memory_keeps_it_for_reuse():
-    alive, freed = resident_alive_and_freed("default")
-    assert alive - freed > 200  # glibc's default: the block was an mmap, unmapped on free
+def test_glibc_returns_freed_3_mib_blocks_but_retained_memory_keeps_them_for_reuse():
+    assert 3 * 2**20 < RETAIN_BELOW
+    alive, freed = resident_alive_and_freed("default", 3, count=32)
+    assert alive - freed > 80  # glibc's default: each block was an mmap, unmapped on free
 
-    alive, freed = resident_alive_and_freed("retain")
-    assert alive - freed < 16  # kept in the heap for the next allocation
+    alive, freed = resident_alive_and_freed("retain", 3, count=32)
+    assert alive - freed < 8  # kept in the heap for the next allocations
+
+
+@needs_glibc
+def test_a_freed_block_above_the_threshold_goes_back_so_it_cannot_fragment_the_heap():
+    assert 256 * 2**20 > RETAIN_BELOW
+    alive, freed = resident_alive_and_freed("retain", 256)
+    assert alive - freed > 200
 
 
 @needs_glibc
