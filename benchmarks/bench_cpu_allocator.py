@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_sft_autocast import from_disk, self_contained
+from bench_sft_autocast import add_data_arguments, from_disk, self_contained
 
 from components.cpu_allocator import (M_MMAP_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, NEVER_TRIM, mallopt_function,
                                       retain_freed_memory)
@@ -150,11 +150,16 @@ def rollout_speed(args) -> tuple[dict, bool]:
     return {name: tokens / seconds for name, (tokens, seconds) in totals.items()}, same
 
 
+def report(title: str, rates: dict, same: bool, unit: str, compared: str) -> None:
+    print(title)
+    for name, rate in rates.items():
+        print(f"  {name:14s} {rate:8.0f} {unit}   {rate / rates['glibc']:.2f}x glibc")
+    print(f"  identical {compared}: {same}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", type=Path, help="an sft_data output folder (train.jsonl)")
-    parser.add_argument("--model", type=Path, help="a base checkpoint folder (with --data)")
-    parser.add_argument("--queries", type=int, default=120, help="expert trajectories without --data")
+    add_data_arguments(parser)
     parser.add_argument("--steps", type=int, default=6, help="optimiser steps per speed block (0: skip)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating blocks of each setting (first: warm-up)")
     parser.add_argument("--memory-steps", type=int, default=0, help="steps of each setting's own process (0: skip)")
@@ -167,18 +172,12 @@ def main() -> None:
         return peak_of(args)
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"torch {torch.__version__}")
+    rounds = f"{args.rounds - 1} timed rounds (+1 warm-up)"
     if args.steps:
-        rates, same = speed(args)
-        print(f"speed: {args.rounds - 1} timed rounds (+1 warm-up) x {args.steps} steps of 4 sequences, alternating")
-        for name, rate in rates.items():
-            print(f"  {name:14s} {rate:8.0f} tokens/s   {rate / rates['glibc']:.2f}x glibc")
-        print(f"  identical weights: {same}")
+        report(f"SFT: {rounds} x {args.steps} steps of 4 sequences, alternating", *speed(args), "tokens/s", "weights")
     if args.rollouts:
-        rates, same = rollout_speed(args)
-        print(f"rollouts: {args.rounds - 1} timed rounds (+1 warm-up) of 16 sampled episodes from {args.rollouts}")
-        for name, rate in rates.items():
-            print(f"  {name:14s} {rate:8.0f} sampled tokens/s   {rate / rates['glibc']:.2f}x glibc")
-        print(f"  identical episodes: {same}")
+        report(f"rollouts: {rounds} of 16 sampled episodes from {args.rollouts}", *rollout_speed(args),
+               "sampled tokens/s", "episodes")
     if args.memory_steps:
         print(f"memory: {args.memory_steps} steps in a fresh process per setting")
         rows = memory(args)

@@ -43,11 +43,16 @@ def from_disk(data: Path, model_dir: Path):
         load_records(data / "train.jsonl")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """--data/--model (a built pipeline's SFT data and base) or --queries (self-contained expert data)."""
     parser.add_argument("--data", type=Path, help="an sft_data output folder (train.jsonl)")
     parser.add_argument("--model", type=Path, help="a base checkpoint folder (with --data)")
     parser.add_argument("--queries", type=int, default=120, help="expert trajectories without --data")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_data_arguments(parser)
     parser.add_argument("--steps", type=int, default=6, help="optimiser steps per block")
     parser.add_argument("--rounds", type=int, default=3, help="alternating fp32/bf16 blocks of each")
     args = parser.parse_args()
