@@ -11,9 +11,11 @@ Why not keep every block: with mmap off altogether (sessions 17-39) the heap fra
 lengths ask for blocks of different sizes, the holes left behind never fit the next large one, and the heap only
 grows: 4.7 GB after 40 tiny SFT steps that need under 2.5 GB, more than 11 GB by step 200 (killed there for memory
 beside other jobs), 17.2 GB by the end of a run. Mapping the blocks of 4 MB and more keeps them out of the heap: 2.8
-GB at step 40, 4.1 GB at step 200. SFT steps ran 1.03x and rollouts 0.97x as fast as keeping everything, and 1.16x
-and 1.07x glibc's defaults (benchmarks/bench_cpu_allocator.py, benchmarks/RESULTS.md). The arithmetic is untouched,
-so the weights a run produces are bit for bit the same.
+GB at step 40, 4.1 GB at step 200, 6.1 GB over the whole tiny SFT stage. The price is page faults on the mapped
+blocks: on one thread SFT steps ran 1.03x and rollouts 0.97x as fast as keeping everything, but the whole stage on two
+threads spent a quarter of its CPU time in the kernel (1,335 s against 1,114 s with mmap off in session 39;
+benchmarks/bench_cpu_allocator.py, benchmarks/RESULTS.md). The arithmetic is untouched, so the weights a run
+produces are bit for bit the same.
 
 Applied on CPU only (a GPU run's host memory is mostly a one-off model load that should go back to the system),
 once per process, and only where the C library is glibc (`mallopt` exists); elsewhere it does nothing.
