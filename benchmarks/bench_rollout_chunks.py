@@ -1,6 +1,7 @@
 """Benchmark decoding turns in rounds (`chunk_tokens`) against one `generate` call per turn, side by side, and
-rounds in which turns overlap against rounds in lockstep, and the CPU decoding attention
-(components/models/attention.py) against SDPA.
+rounds in which turns overlap against rounds in lockstep, the CPU decoding attention
+(components/models/attention.py) against SDPA, and the lean decoder (components/agent/lean_decode.py) against
+`generate` (`--decoders`: only that pair, alternated `--rounds` times, the shipped setting of each).
 
 `generate` computes every row of its batch until the LAST row ends its turn: with 16-40 episodes in lockstep, one
 turn that runs on to the token limit (768 tokens) makes every other row pay for it, and ordinary turns differ a lot
@@ -19,6 +20,7 @@ limit, where rounds cannot help): the tiny preset's SFT checkpoint after `dvc re
     python benchmarks/bench_rollout_chunks.py --temperature 0.6      # sampled
     python benchmarks/bench_rollout_chunks.py --temperature 0.6 --queries data/queries/rl.jsonl \
         --max-queries 4 --samples 4                                  # one RL step's 16 episodes
+    python benchmarks/bench_rollout_chunks.py --decoders --rounds 2  # lean decoder vs generate, ~5 min
     python benchmarks/bench_rollout_chunks.py --append               # also append the table to RESULTS.md
 """
 from __future__ import annotations
@@ -55,13 +57,14 @@ class Lockstep:
 
 
 def rollouts(model, tokenizer, world, queries, temperature: float, chunk_tokens: int | None,
-             overlap: bool = True, samples: int = 1, attention: str = CPU_DECODE_ATTENTION) -> dict:
+             overlap: bool = True, samples: int = 1, attention: str = CPU_DECODE_ATTENTION,
+             decoder: str = "generate") -> dict:
     """`samples` episodes per query through the RL engine in one batch, as `star validate` and `star rl` run them,
-    with the model's attention implementation set to `attention`."""
+    with the model's attention implementation set to `attention` (the lean decoder has its own)."""
     model.set_attn_implementation(attention)
     greedy = temperature <= 0
     policy = HFPolicy(model, tokenizer, temperature=1.0 if greedy else temperature, greedy=greedy, seed=0,
-                      chunk_tokens=chunk_tokens)
+                      chunk_tokens=chunk_tokens, decoder=decoder)
     policy = policy if overlap else Lockstep(policy)
     engine = RolloutEngine(policy, tokenizer, world, Limits(max_turns=14, max_tokens_per_turn=768,
                                                             max_context_tokens=8192))
@@ -75,6 +78,20 @@ def rollouts(model, tokenizer, world, queries, temperature: float, chunk_tokens:
             "delivered": sum(r.get("plan") is not None for r in records)}
 
 
+def alternated(makers: dict, rounds: int) -> dict:
+    """Run each maker `rounds` times, alternating (a noisy machine slows every row alike), and merge its runs:
+    seconds and tokens summed, turns and deliveries of the last run."""
+    runs: dict = {}
+    for _ in range(rounds):
+        for name, make in makers.items():
+            result = make()
+            merged = runs.setdefault(name, {**result, "seconds": 0.0, "sampled": 0})
+            merged.update(turns=result["turns"], delivered=result["delivered"],
+                          seconds=merged["seconds"] + result["seconds"], sampled=merged["sampled"] + result["sampled"])
+            merged["tokens_per_s"] = merged["sampled"] / merged["seconds"]
+    return runs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="models/sft", help="a trained checkpoint directory (default models/sft)")
@@ -84,6 +101,9 @@ def main() -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the default)")
     parser.add_argument("--samples", type=int, default=1, help="episodes per query (RL: 4 per query)")
     parser.add_argument("--chunks", type=int, nargs="+", default=[32])
+    parser.add_argument("--decoders", action="store_true",
+                        help="only the lean decoder against generate (rounds of the first --chunks, turns overlap)")
+    parser.add_argument("--rounds", type=int, default=2, help="with --decoders: alternations of the pair")
     parser.add_argument("--append", action="store_true", help="append the table to benchmarks/RESULTS.md")
     args = parser.parse_args()
     for path in (args.model, args.world, args.queries):
@@ -97,22 +117,32 @@ def main() -> None:
     queries = load_queries(args.queries)[: args.max_queries]
     rollouts(model, tokenizer, world, queries[:2], args.temperature, None)  # warm-up (allocator, kernels)
 
-    def run(chunk, overlap=True, attention=register_cpu_decode_attention()):
-        return rollouts(model, tokenizer, world, queries, args.temperature, chunk, overlap, args.samples, attention)
+    def run(chunk, overlap=True, attention=register_cpu_decode_attention(), decoder="generate"):
+        return rollouts(model, tokenizer, world, queries, args.temperature, chunk, overlap, args.samples, attention,
+                        decoder)
 
-    runs = {"one call per turn, SDPA (baseline)": run(None, attention="sdpa")}
-    for chunk in args.chunks:
-        runs[f"rounds of {chunk} tokens, lockstep, SDPA"] = run(chunk, overlap=False, attention="sdpa")
-        runs[f"rounds of {chunk} tokens, turns overlap, SDPA"] = run(chunk, attention="sdpa")
-        runs[f"rounds of {chunk} tokens, turns overlap, matrix-product decoding"] = run(chunk)
+    if args.decoders:
+        runs = alternated({name: (lambda decoder=decoder: run(args.chunks[0], decoder=decoder))
+                           for name, decoder in [(f"generate, rounds of {args.chunks[0]} tokens (baseline)", "generate"),
+                                                 (f"lean decoder, rounds of {args.chunks[0]} tokens", "lean")]},
+                          args.rounds)
+    else:
+        runs = {"one call per turn, SDPA (baseline)": run(None, attention="sdpa")}
+        for chunk in args.chunks:
+            runs[f"rounds of {chunk} tokens, lockstep, SDPA"] = run(chunk, overlap=False, attention="sdpa")
+            runs[f"rounds of {chunk} tokens, turns overlap, SDPA"] = run(chunk, attention="sdpa")
+            runs[f"rounds of {chunk} tokens, turns overlap, matrix-product decoding"] = run(chunk)
+            runs[f"rounds of {chunk} tokens, turns overlap, lean decoder"] = run(chunk, decoder="lean")
 
     base = next(iter(runs.values()))
     mode = "greedy" if args.temperature <= 0 else f"temperature {args.temperature}"
     lines = [
-        f"\n### Decoding turns in rounds (`bench_rollout_chunks.py`, {datetime.date.today()})\n",
+        f"\n### {'The lean decoder against generate' if args.decoders else 'Decoding turns in rounds'} "
+        f"(`bench_rollout_chunks.py`, {datetime.date.today()})\n",
         f"Machine: {platform.machine()} {platform.system()}, {os.cpu_count()} cores, torch {torch.__version__}; "
         f"{len(queries)} queries of `{args.queries}` x {args.samples} episodes in one batch from `{args.model}`, "
-        f"{mode}, {torch.get_num_threads()} threads.\n",
+        f"{mode}, {torch.get_num_threads()} threads"
+        + (f"; each row {args.rounds} runs, alternated" if args.decoders else "") + ".\n",
         "| decoding | seconds | sampled tokens | tokens/s | vs baseline | vs the row above | episodes identical to "
         "baseline | delivered |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",

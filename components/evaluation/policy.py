@@ -34,6 +34,8 @@ class DecodingParams(Params):
     batch_size: int = Field(16, ge=1)  # episodes per generate call (transformers backend)
     chunk_tokens: int | None = Field(None, ge=1)  # transformers: decode turns in rounds of this many tokens over the
     # episodes still writing (None: every row of a call runs until the last ends; see components/agent/hf.py)
+    decoder: Literal["auto", "lean", "generate"] = "auto"  # transformers: the lean CPU decoder (auto: Qwen2 on a
+    # CPU) or `generate`; the same greedy tokens, a different random stream when sampling (components/agent/hf.py)
     backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: vLLM on a GPU when installed, else transformers
     dtype: str = "auto"
     device: str | None = None
@@ -47,7 +49,7 @@ def load_checkpoint_policy(model: str | Path, decoding: DecodingParams, max_mode
     greedy = decoding.temperature <= 0
     sampling = Sampling(temperature=decoding.temperature if not greedy else 1.0, top_p=decoding.top_p,
                         greedy=greedy, seed=decoding.seed, max_batch_size=decoding.batch_size,
-                        chunk_tokens=decoding.chunk_tokens, dtype=decoding.dtype,
+                        chunk_tokens=decoding.chunk_tokens, decoder=decoding.decoder, dtype=decoding.dtype,
                         gpu_memory_utilization=decoding.gpu_memory_utilization, max_model_len=max_model_len)
     tokenizer = load_tokenizer(model)
     policy = checkpoint_policy(model, tokenizer, sampling, backend=decoding.backend, device=decoding.device)

@@ -103,35 +103,37 @@ def play_turns(policy, tokenizer, conversations, turns=3):
     return sampled
 
 
-def test_reusing_episode_caches_across_turns_gives_the_same_turns(tiny_model, tiny_tokenizer, conversations):
-    cached = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+@pytest.mark.parametrize("decoder", ["lean", "generate"])
+def test_reusing_episode_caches_across_turns_gives_the_same_turns(tiny_model, tiny_tokenizer, conversations, decoder):
+    cached = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, decoder=decoder)
     fresh = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, reuse_cache=False)
     assert play_turns(cached, tiny_tokenizer, conversations) == play_turns(fresh, tiny_tokenizer, conversations)
-    assert set(cached.caches) == {f"ep{i}" for i in range(5)} and not fresh.caches
+    assert cached.cached_episodes == {f"ep{i}" for i in range(5)} and not fresh.cached_episodes
 
 
 def test_static_and_growing_decode_caches_sample_the_same_turns(tiny_model, tiny_tokenizer, conversations):
-    static = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3)
-    growing = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3, static_cache=False)
+    static = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3, decoder="generate")
+    growing = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3, static_cache=False, decoder="generate")
     assert play_turns(static, tiny_tokenizer, conversations) == play_turns(growing, tiny_tokenizer, conversations)
 
 
 def test_reused_caches_are_passed_without_deprecation_warnings(tiny_model, tiny_tokenizer, conversations):
     import warnings
 
-    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
+    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, decoder="generate")
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # transformers >= 5.24 warns on `past_key_values=`
         play_turns(policy, tiny_tokenizer, conversations)
     assert policy.caches
 
 
-def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversations):
+@pytest.mark.parametrize("decoder", ["lean", "generate"])
+def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversations, decoder):
     from components.models.factory import build_tiny_model
 
     model = build_tiny_model(tiny_tokenizer, seed=1, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                              intermediate_size=64)
-    policy = HFPolicy(model, tiny_tokenizer, greedy=True)
+    policy = HFPolicy(model, tiny_tokenizer, greedy=True, decoder=decoder)
     play_turns(policy, tiny_tokenizer, conversations, turns=1)
     torch.manual_seed(0)
     with torch.no_grad():

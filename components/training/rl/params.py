@@ -82,6 +82,8 @@ class RolloutParams(Params):
     max_batch_size: int | None = None  # split a turn's generate call into batches of at most this many episodes
     chunk_tokens: int | None = Field(None, ge=1)  # transformers: decode turns in rounds of this many tokens over the
     # episodes still writing (None: every row of a call runs until the last ends; see components/agent/hf.py)
+    decoder: Literal["auto", "lean", "generate"] = "auto"  # transformers: the lean CPU decoder (auto: Qwen2 on a
+    # CPU) or `generate`; the same greedy tokens, a different random stream when sampling (components/agent/hf.py)
     gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # vLLM, colocated with the trainer
 
 
