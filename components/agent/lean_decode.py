@@ -196,23 +196,17 @@ def forward_rows(model, caches: list[RowCache], new_ids: list[list[int]], logits
 def prefill(model, caches: list[RowCache], contexts: list[list[int]]) -> None:
     """Advance every cache to cover exactly its context: each keeps the longest common prefix of what it holds and
     its context, and the rest of every context runs through the model in one batched call."""
+    from components.agent.hf import common_prefix_length
+
     rows, rests = [], []
     for cache, ids in zip(caches, contexts):
-        keep = common_prefix(cache.ids, ids)
+        keep = common_prefix_length(cache.ids, ids)
         cache.truncate(keep)
         if keep < len(ids):
             rows.append(cache)
             rests.append(ids[keep:])
     if rows:
         forward_rows(model, rows, rests, logits=None)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def decode_step(model, caches: list[RowCache], tokens: list[int]):
