@@ -7,7 +7,7 @@ import torch
 from components.agent import lean_decode
 from components.agent.hf import HFPolicy, filtered_probs
 from components.agent.types import TurnRequest
-from tests.models.test_hf_policy import play_turns, requests_for
+from .test_hf_policy import play_turns, requests_for
 
 
 def full_logits(model, ids):
