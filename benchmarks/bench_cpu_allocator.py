@@ -14,6 +14,8 @@ Settings (glibc's parameter names):
   glibc          its steady-state defaults: blocks above 32 MB mmapped and unmapped on free, heap trimmed above 64 MB
   retained       no mmap, no trimming: every freed block stays for reuse (`retain_freed_memory` until session 40)
   retained<32MB  blocks of 32 MB and more mmapped, the rest retained, no trimming
+  retained<16MB  the same at 16 MB
+  retained<8MB   the same at 8 MB
   retained<4MB   blocks of 4 MB and more mmapped, the rest retained, no trimming (`retain_freed_memory` now)
 
     python benchmarks/bench_cpu_allocator.py --data data/sft --model models/base --memory-steps 120
@@ -43,6 +45,8 @@ SETTINGS = {
     "glibc": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 32 * MIB, M_TRIM_THRESHOLD: 64 * MIB},
     "retained": {M_MMAP_MAX: 0, M_TRIM_THRESHOLD: NEVER_TRIM},
     "retained<32MB": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 32 * MIB, M_TRIM_THRESHOLD: NEVER_TRIM},
+    "retained<16MB": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 16 * MIB, M_TRIM_THRESHOLD: NEVER_TRIM},
+    "retained<8MB": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 8 * MIB, M_TRIM_THRESHOLD: NEVER_TRIM},
     "retained<4MB": {M_MMAP_MAX: 65536, M_MMAP_THRESHOLD: 4 * MIB, M_TRIM_THRESHOLD: NEVER_TRIM},
 }
 
