@@ -21,13 +21,22 @@ Settings (glibc's parameter names):
     python benchmarks/bench_cpu_allocator.py --data data/sft --model models/base --memory-steps 120
     python benchmarks/bench_cpu_allocator.py --steps 0 --rollouts models/sft   # rollouts only (after dvc repro sft)
     python benchmarks/bench_cpu_allocator.py --queries 60                     # self-contained: expert data
+    python benchmarks/bench_cpu_allocator.py --steps 0 --huge-pages-steps 15 --rounds 2 \
+        --data data/sft --model models/base
+
+Huge pages (`--huge-pages-steps N`, session 42): the shipped setting (retained<4MB) trains N steps in fresh processes,
+alternately without and with glibc's `glibc.malloc.hugetlb=1` tunable (transparent huge pages for the blocks malloc
+maps; a tunable is read when a process starts, so this cannot share a process), `--rounds` times each, and reports
+the seconds, the kernel (system) time and the minor page faults of each process, and whether the weights are equal.
 """
 from __future__ import annotations
 
 import argparse
 import copy
 import json
+import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -36,8 +45,9 @@ from pathlib import Path
 import torch
 from bench_sft_autocast import add_data_arguments, from_disk, self_contained
 
-from components.cpu_allocator import (M_MMAP_MAX, M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, NEVER_TRIM, mallopt_function,
-                                      retain_freed_memory)
+from components.cpu_allocator import (HUGE_PAGES_OPT_OUT, HUGE_PAGES_TUNABLE, M_MMAP_MAX, M_MMAP_THRESHOLD,
+                                      M_TRIM_THRESHOLD, NEVER_TRIM, glibc_version, mallopt_function,
+                                      retain_freed_memory, transparent_huge_page_mode)
 from components.training.sft import SFTParams, build_examples, cpu_has_native_bf16, train_torch
 
 MIB = 2**20
@@ -95,21 +105,36 @@ def peak_of(args) -> None:
     apply(args.peak_of)
     started = time.perf_counter()
     train_torch(model, tokenizer, examples, [], sft_params(args.memory_steps, 0), progress=False)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"setting": args.peak_of, "peak_mib": peak_resident_mib(),
-                      "seconds": time.perf_counter() - started, "digest": weights_digest(model)}))
+                      "seconds": time.perf_counter() - started, "digest": weights_digest(model),
+                      "system_s": usage.ru_stime, "minor_faults": usage.ru_minflt}))
+
+
+def own_process(args, setting: str, steps: int, environ: dict | None = None) -> dict:
+    """`peak_of`'s JSON from a fresh process that trains `steps` steps under `setting`."""
+    command = [sys.executable, __file__, "--peak-of", setting, "--memory-steps", str(steps)]
+    if args.data:
+        command += ["--data", str(args.data), "--model", str(args.model)]
+    else:
+        command += ["--queries", str(args.queries)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=environ)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def memory(args) -> list[dict]:
-    rows = []
-    for setting in SETTINGS:
-        command = [sys.executable, __file__, "--peak-of", setting, "--memory-steps", str(args.memory_steps)]
-        if args.data:
-            command += ["--data", str(args.data), "--model", str(args.model)]
-        else:
-            command += ["--queries", str(args.queries)]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    return rows
+    return [own_process(args, setting, args.memory_steps) for setting in SETTINGS]
+
+
+def huge_pages(args) -> dict[str, list[dict]]:
+    """The shipped setting without and with the huge-page tunable, alternating fresh processes, `--rounds` each."""
+    plain = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", HUGE_PAGES_OPT_OUT)}
+    environs = {"4 KiB pages": plain, "huge pages": {**plain, "GLIBC_TUNABLES": HUGE_PAGES_TUNABLE}}
+    runs: dict[str, list[dict]] = {name: [] for name in environs}
+    for _ in range(args.rounds):
+        for name, environ in environs.items():
+            runs[name].append(own_process(args, "retained<4MB", args.huge_pages_steps, environ))
+    return runs
 
 
 def speed(args) -> tuple[dict, bool]:
@@ -170,6 +195,8 @@ def main() -> None:
     parser.add_argument("--rollouts", type=Path, help="a trained checkpoint: also time one RL step's rollouts")
     parser.add_argument("--world", type=Path, default=Path("data/world"), help="with --rollouts")
     parser.add_argument("--rl-queries", type=Path, default=Path("data/queries/rl.jsonl"), help="with --rollouts")
+    parser.add_argument("--huge-pages-steps", type=int, default=0,
+                        help="steps of each process without and with huge pages (0: skip)")
     parser.add_argument("--peak-of", choices=list(SETTINGS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.peak_of:
@@ -188,6 +215,20 @@ def main() -> None:
         for row in rows:
             print(f"  {row['setting']:14s} peak resident {row['peak_mib']:7.0f} MiB   {row['seconds']:6.1f} s")
         print(f"  identical weights: {len({row['digest'] for row in rows}) == 1}")
+    if args.huge_pages_steps:
+        print(f"huge pages: {args.huge_pages_steps} steps a process, {args.rounds} alternating processes each "
+              f"(glibc {glibc_version()}, transparent huge pages: {transparent_huge_page_mode()})")
+        runs = huge_pages(args)
+        for name, rows in runs.items():
+            mean = {key: sum(row[key] for row in rows) / len(rows)
+                    for key in ("seconds", "system_s", "minor_faults", "peak_mib")}
+            each = ", ".join(f"{row['seconds']:.1f}" for row in rows)
+            print(f"  {name:12s} {mean['seconds']:6.1f} s (runs: {each})"
+                  f"   kernel {mean['system_s']:5.1f} s   {mean['minor_faults'] / 1e6:5.2f}M minor faults"
+                  f"   peak {mean['peak_mib']:6.0f} MiB")
+        base, huge = (sum(r["seconds"] for r in rows) / len(rows) for rows in runs.values())
+        print(f"  huge pages: {base / huge:.2f}x the speed of 4 KiB pages; identical weights: "
+              f"{len({row['digest'] for rows in runs.values() for row in rows}) == 1}")
 
 
 if __name__ == "__main__":

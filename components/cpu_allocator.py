@@ -19,13 +19,22 @@ produces are bit for bit the same.
 
 Applied on CPU only (a GPU run's host memory is mostly a one-off model load that should go back to the system),
 once per process, and only where the C library is glibc (`mallopt` exists); elsewhere it does nothing.
+
+Transparent huge pages for those mapped blocks (`with_huge_pages`, session 42): a mapped block faults in one 4 KiB page
+at a time, about 5M faults a minute in the tiny SFT stage. glibc 2.35+ can ask the kernel for 2 MiB pages on the
+memory it maps (`madvise(MADV_HUGEPAGE)`, the tunable `glibc.malloc.hugetlb=1`), which cuts the faults about 5x and
+the kernel time about 2x. Tunables are read once, when a process starts, so the `star` commands that train or decode
+re-execute themselves with it set (`cli.main`); `STAR_HUGE_PAGES=0` turns that off. Same arithmetic, same weights.
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
 import functools
+import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
@@ -61,3 +70,55 @@ def retain_freed_memory() -> bool:
     if mallopt is None:
         return False
     return bool(mallopt(M_MMAP_THRESHOLD, RETAIN_BELOW)) and bool(mallopt(M_TRIM_THRESHOLD, NEVER_TRIM))
+
+
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"  # madvise(MADV_HUGEPAGE) on the memory malloc maps (glibc >= 2.35)
+HUGE_PAGES_OPT_OUT = "STAR_HUGE_PAGES"  # "0": never re-execute for it
+THP_MODES = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def glibc_version() -> tuple[int, int] | None:
+    """(major, minor) of the running glibc, or None where the C library is not glibc."""
+    try:
+        name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
+    except (AttributeError, ValueError, OSError):
+        return None
+    if name != "glibc":
+        return None
+    major, minor = (version.split(".") + ["0"])[:2]
+    return (int(major), int(minor)) if major.isdigit() and minor.isdigit() else None
+
+
+def transparent_huge_page_mode(path: Path = THP_MODES) -> str | None:
+    """The kernel's transparent huge page mode, the bracketed word of e.g. "always [madvise] never"; None if unknown."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else None
+
+
+def with_huge_pages(environ: Mapping[str, str], glibc: tuple[int, int] | None, thp_mode: str | None) -> dict | None:
+    """The environment to re-execute with so that malloc asks for huge pages, or None when there is nothing to do:
+    not glibc 2.35+, the kernel's huge pages off ("never") or unknown, the tunable already set (also the guard that
+    stops a second re-execution), or `STAR_HUGE_PAGES=0`. Other tunables the user set are kept."""
+    if glibc is None or glibc < (2, 35) or thp_mode not in ("always", "madvise"):
+        return None
+    if environ.get(HUGE_PAGES_OPT_OUT, "1") == "0":
+        return None
+    tunables = environ.get("GLIBC_TUNABLES", "")
+    if "glibc.malloc.hugetlb" in tunables:
+        return None
+    return {**environ, "GLIBC_TUNABLES": f"{tunables}:{HUGE_PAGES_TUNABLE}" if tunables else HUGE_PAGES_TUNABLE}
+
+
+def reexec_with_huge_pages() -> None:
+    """Replace this process with itself (same interpreter, arguments and PID) under `with_huge_pages`'s environment;
+    returns without doing anything where that is None. Call it before any work (nothing is carried over)."""
+    environ = with_huge_pages(os.environ, glibc_version(), transparent_huge_page_mode())
+    if environ is None or not getattr(sys, "orig_argv", None):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environ)
