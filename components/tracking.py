@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from components.environ import snapshot as environ_snapshot
+
 PARENT_RUN_ENV = "STAR_PARENT_RUN_ID"
 EXPERIMENT_ENV = "STAR_EXPERIMENT"
 PRESET_ENV = "STAR_PRESET"
@@ -136,8 +138,7 @@ def is_secret_key(key: str) -> bool:
 
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of environment variables whose names name a secret (never logged, wherever they appear)."""
-    environ = os.environ if environ is None else environ
-    return [value for name, value in environ.items() if is_secret_key(name) and len(value) >= 4]
+    return [value for name, value in environ_snapshot(environ).items() if is_secret_key(name) and len(value) >= 4]
 
 
 def redact(flat: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:

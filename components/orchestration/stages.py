@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.environ import snapshot as environ_snapshot
+
 TAIL_LINES = 40
 USER_ERROR_MARK = ": error: "  # how `star` prints a UserError: retrying will not fix it
 
@@ -50,7 +52,7 @@ def dvc_executable() -> str:
 
 def stage_environment(extra: Mapping[str, str]) -> dict[str, str]:
     """The environment of a stage process: ours, plus `extra`, with this venv's bin first on PATH (for `star`)."""
-    env = dict(os.environ)
+    env = environ_snapshot()
     env.update(extra)
     bin_dir = str(Path(sys.executable).parent)
     env["PATH"] = bin_dir + os.pathsep + env.get("PATH", "")
