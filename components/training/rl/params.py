@@ -143,6 +143,9 @@ class RLParams(Params):
     max_grad_norm: float = Field(1.0, gt=0)
     # which weights RL trains: shell-style globs over parameter names (None: all); the rest stay frozen
     trainable_parameters: list[str] | None = None
+    # a learned inverse temperature: the final norm's weight trained as one scalar, w = w0 * exp(s) (optim.LogitScale),
+    # at this learning rate; None: off (the final norm's weight is then trained like any other weight, if selected)
+    logit_scale_lr: float | None = Field(None, gt=0)
     num_iterations: int = Field(1, gt=0)  # passes over each step's rollouts (TRL's num_iterations; PPO epochs)
     mini_batch_size: int | None = Field(None, gt=0)  # trajectories per optimizer step (None: the whole step)
     micro_batch_size: int = Field(4, gt=0)  # trajectories per forward/backward (gradient accumulation)

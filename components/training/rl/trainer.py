@@ -523,6 +523,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
                               ref_logprobs=ref, anchor=anchor_batch(anchor_examples, params.sft_anchor.batch_size,
                                                                     params.seed, step))
         stats["lr"] = optimizer.lr
+        stats.update(optimizer.extra_stats())
         optimizer.schedule_step()
         parts.sync.push(optimizer.unwrap())
         update_seconds = time.perf_counter() - update_start
