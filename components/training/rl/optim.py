@@ -98,6 +98,7 @@ class LogitScale:
         self.weight.requires_grad_(True)  # its gradient is the scalar's evidence; the weight itself is not stepped
         self.base = self.weight.detach().clone()
         self.log_scale = torch.zeros((), dtype=torch.float32, device=self.weight.device, requires_grad=True)
+        self.last_grad = 0.0  # the latest d loss / d s (> 0: the step lowered the scale, i.e. flattened the policy)
 
     @property
     def scale(self) -> float:
@@ -107,6 +108,7 @@ class LogitScale:
         """Move the weight's accumulated gradient onto the scalar: d loss / d s = <d loss / d w, w>."""
         grad = self.weight.grad
         self.log_scale.grad = (grad.float() * self.weight.detach().float()).sum() if grad is not None else None
+        self.last_grad = float(self.log_scale.grad) if grad is not None else 0.0
         self.weight.grad = None
 
     def apply(self) -> None:
@@ -177,7 +179,9 @@ class TorchOptimizer:
 
     def extra_stats(self) -> dict[str, float]:
         """policy/* metrics of the wrapper itself: the learned logit scale (and so the temperature it samples at)."""
-        return {"logit_scale": self.logit_scale.scale} if self.logit_scale else {}
+        if not self.logit_scale:
+            return {}
+        return {"logit_scale": self.logit_scale.scale, "logit_scale_grad": self.logit_scale.last_grad}
 
     def unwrap(self):
         return self.model

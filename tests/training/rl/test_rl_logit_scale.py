@@ -82,7 +82,9 @@ def test_rewarding_the_likely_continuation_sharpens_by_exactly_the_learning_rate
     stats = update_policy(model, optimizer, [good, bad], UpdateConfig(micro_batch_size=2), pad_id=0)
     assert stats["optimizer_steps"] == 1
     assert optimizer.logit_scale.log_scale.item() == pytest.approx(lr, rel=1e-4)
-    assert optimizer.extra_stats() == {"logit_scale": pytest.approx(torch.e ** lr)}
+    assert optimizer.extra_stats() == {"logit_scale": pytest.approx(torch.e ** lr),
+                                       "logit_scale_grad": pytest.approx(optimizer.logit_scale.last_grad)}
+    assert optimizer.logit_scale.last_grad < 0  # the loss falls as the scale rises
     after = dict(model.named_parameters())
     assert {name for name in before if not torch.equal(after[name], before[name])} == {FINAL_NORM}
     ratio = after[FINAL_NORM].detach() / before[FINAL_NORM]
