@@ -64,19 +64,31 @@ def rollout_throughput(model, tokenizer, world, queries, group_size: int, max_ba
     return {"episodes": len(records), "sampled": sampled, "wall": wall, "tokens_per_s": sampled / wall}
 
 
-def update_throughput(model, records, micro_batch_size: int, pad_id: int, separate_old_pass: bool = False) -> dict:
+def update_throughput(model, records, micro_batch_size: int, pad_id: int, separate_old_pass: bool = False,
+                      logit_scale: bool = False) -> dict:
     """One GRPO update (one optimizer step) on `records`. `separate_old_pass`: the baseline that first recomputes
     pi_old in its own no-grad pass over every sequence (what the stage did before session 33) instead of reading it
-    off the update's forward pass."""
+    off the update's forward pass. `logit_scale`: the tiny preset's RL since session 46, only the learned logit scale
+    trained (`rl.trainable_parameters: [model.norm.weight]`, `rl.logit_scale_lr`), so the backward pass stops at the
+    final norm. The model's weights are restored afterwards, so every call times the same update."""
+    from components.training.rl.optim import FINAL_NORM
+
     rng = random.Random(0)
     rollouts = [rollout_from_record(r, rng.choice([-1.0, 1.0])) for r in records]
-    optimizer = TorchOptimizer(model, 1e-5, 0.0, 1.0, "constant", 0, 1)
+    saved = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for name, p in model.named_parameters():
+        p.requires_grad_(not logit_scale or name == FINAL_NORM)
+    optimizer = TorchOptimizer(model, 1e-5, 0.0, 1.0, "constant", 0, 1, logit_scale_lr=0.1 if logit_scale else None)
     start = time.perf_counter()
     if separate_old_pass:
         fill_logprobs(model, rollouts, micro_batch_size, pad_id, 1.0, overwrite=True)
     config = UpdateConfig(micro_batch_size=micro_batch_size, recompute_old_logprobs=not separate_old_pass)
     stats = update_policy(model, optimizer, rollouts, config, pad_id)
     wall = time.perf_counter() - start
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(saved[name])
+            p.requires_grad_(True)
     tokens = sum(len(r.input_ids) for r in rollouts)
     return {"tokens": tokens, "trained": stats["trained_tokens"], "wall": wall, "tokens_per_s": tokens / wall}
 
@@ -149,6 +161,9 @@ def main() -> None:
         reads, separate = fastest_of_alternated(
             lambda: update_throughput(model, records, 4, pad_id),
             lambda: update_throughput(model, records, 4, pad_id, separate_old_pass=True))
+        scale_only, every_weight = fastest_of_alternated(
+            lambda: update_throughput(model, records, 4, pad_id, logit_scale=True),
+            lambda: update_throughput(model, records, 4, pad_id))
         steps = trainer_steps(tmp / "model", tmp / "world", tmp / "rl.jsonl", tmp / "run", args.steps)
 
     mean_len = sum(len(r["prompt_ids"]) + len(r["response_ids"]) for r in records) / len(records)
@@ -183,6 +198,13 @@ def main() -> None:
         "1.00x |")
     out(f"| pi_old = the update pass's own detached log-probabilities | {reads['wall']:.1f} | "
         f"{separate['wall'] / reads['wall']:.2f}x |")
+    out()
+    out("| update, micro-batch 4 (best of 2, alternated) | seconds | tokens/s | vs baseline |")
+    out("|---|---:|---:|---:|")
+    out(f"| every weight trained (baseline; the real presets) | {every_weight['wall']:.1f} | "
+        f"{every_weight['tokens_per_s']:.0f} | 1.00x |")
+    out(f"| only the logit scale (the tiny preset since session 46) | {scale_only['wall']:.1f} | "
+        f"{scale_only['tokens_per_s']:.0f} | {every_weight['wall'] / scale_only['wall']:.2f}x |")
     out()
     out("| trainer step (GRPO, SUM + turn-level credit, 2 queries x 4) | rollout s | reward s | update s | step s | "
         "rollout share |")

@@ -354,7 +354,9 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
         select_trainable(model, params.trainable_parameters)
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         total = sum(p.numel() for p in model.parameters())
-        print(f"[rl] training {trained:,} of {total:,} weights (rl.trainable_parameters: {params.trainable_parameters})")
+        print(f"[rl] training {trained:,} of {total:,} weights (rl.trainable_parameters: {params.trainable_parameters})"
+              + (f"; the final norm's weight only as one scalar, the logit scale (rl.logit_scale_lr: "
+                 f"{params.logit_scale_lr})" if params.logit_scale_lr else ""))
     optimizer = build_optimizer(model, params, total_steps)
     policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, params.seed, device)
     limits = Limits(max_turns=params.rollout.max_turns, max_tokens_per_turn=params.rollout.max_tokens_per_turn,
