@@ -568,6 +568,8 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     summary = summarize(history, total_steps, state.step, totals, time.perf_counter() - wall_start, params)
     if eval_history:
         summary["eval"] = {"first": eval_history[0], "last": eval_history[-1]}
+    if "logit_scale" in optimizer.extra_stats():  # rl.logit_scale_lr: the learned inverse temperature at the end
+        summary["logit_scale"] = optimizer.extra_stats()["logit_scale"]
     paths.metrics.parent.mkdir(parents=True, exist_ok=True)
     ckpt.write_json_atomic(paths.metrics, summary)
     print(f"[rl] model -> {paths.out}; metrics -> {paths.metrics}; reward curve -> {paths.rewards_csv}; "

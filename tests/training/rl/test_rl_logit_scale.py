@@ -3,6 +3,8 @@
 Every logit is linear in the final norm's weight, so scaling that weight by e^s scales the logits by e^s: the greedy
 choices stay, the sampling temperature divides by e^s. The scalar's gradient is <dL/dw, w>.
 """
+import json
+
 import pytest
 import torch
 
@@ -162,5 +164,7 @@ def test_the_stage_logs_the_scale_every_step_and_resumes_it(tmp_path, tiny_model
     train(RLParams.model_validate({**tiny, "max_steps": 3}), paths,
           log=lambda m, step: logged.setdefault(step, {}).update(m), progress_bar=False)
     assert "policy/logit_scale" in logged[3]
+    summary = json.loads(paths.metrics.read_text())
+    assert summary["logit_scale"] == pytest.approx(logged[3]["policy/logit_scale"])
     with pytest.raises(UserError, match="saved with a learned logit scale"):
         train(RLParams.model_validate({**tiny, "max_steps": 4, "logit_scale_lr": None}), paths, progress_bar=False)
