@@ -186,7 +186,43 @@ def context_tags(stage: str | None = None, root: Path | None = None) -> dict[str
 def _client():
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri())
+    uri = tracking_uri()
+    ensure_sqlite_store(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///...` tracking URI (None for servers and in-memory stores)."""
+    if not uri.startswith("sqlite:///") or uri == "sqlite:///:memory:":
+        return None
+    return Path(uri[len("sqlite:///"):])
+
+
+def ensure_sqlite_store(uri: str) -> None:
+    """Create and migrate a local sqlite store under a file lock, once per process.
+
+    Two stage processes that open a store that does not exist yet both run MLflow's schema migrations, and the
+    second fails with `duplicate column name` (seen with two `star rl` runs started together, session 47). The
+    lock lets one create the tables; the others then find them current.
+    """
+    path = sqlite_path(uri)
+    if path is None or uri in _READY_STORES:
+        return
+    import fcntl
+
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            SqlAlchemyStore(uri, (path.parent / "mlruns").as_uri())  # creates and migrates the tables
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    _READY_STORES.add(uri)
+
+
+_READY_STORES: set[str] = set()
 
 
 def ensure_experiment(name: str) -> str:
@@ -285,6 +321,7 @@ def stage_run(stage: str, params: Any = None, tags: Mapping[str, Any] | None = N
     """
     import mlflow
 
+    ensure_sqlite_store(tracking_uri())
     with _process_tracking_uri(tracking_uri()):
         with _active_stage_run(mlflow, stage, params, tags) as run:
             yield run

@@ -140,3 +140,36 @@ def test_a_stage_run_leaves_the_process_tracking_uri_as_it_found_it(sqlite_store
         assert mlflow.get_tracking_uri() == tracking.tracking_uri()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", other)  # a later test, or a notebook, points somewhere else
     assert mlflow.get_tracking_uri() == other
+
+
+_OPEN_STAGE_RUN = """
+import sys, time
+from components import tracking
+start = float(sys.argv[1])
+time.sleep(max(0.0, start - time.time()))  # every process reaches the fresh store at the same moment
+with tracking.stage_run(sys.argv[2]) as run:
+    run.log_metrics({"x": 1.0}, step=0)
+"""
+
+
+def test_stage_processes_started_together_on_a_fresh_sqlite_store_all_log(tmp_path, monkeypatch):
+    """Two `star` stages started at once used to race MLflow's schema migrations (`duplicate column name: step`)."""
+    import subprocess
+    import sys
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("STAR_EXPERIMENT", "race")
+    monkeypatch.delenv(tracking.PARENT_RUN_ENV, raising=False)
+    start = time.time() + 8.0  # after every interpreter has imported mlflow
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_STAGE_RUN, str(start), f"stage{i}"], cwd=tmp_path,
+                              stderr=subprocess.PIPE, text=True) for i in range(3)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], "\n".join(errors)
+    runs = MlflowClient(uri).search_runs([tracking.ensure_experiment("race")])
+    assert sorted(r.info.run_name for r in runs) == ["stage0", "stage1", "stage2"]
+    assert tracking.sqlite_path(uri) == tmp_path / "mlflow.db"
+    assert tracking.sqlite_path("http://127.0.0.1:5000") is None
