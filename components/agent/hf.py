@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from components.agent.lean_decode import common_prefix_length
 from components.agent.types import TurnRequest, TurnResult
 
 
@@ -82,15 +83,6 @@ def returned_cache(output):
     """The cache a forward or generate call returned, under either release's attribute name."""
     cache = getattr(output, "cache", None)
     return cache if cache is not None else output.past_key_values
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    """Length of the longest common prefix of two id lists."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 @dataclass

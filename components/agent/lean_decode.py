@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-SUPPORTED_MODEL_TYPES = ("qwen2",)
+SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 INITIAL_CAPACITY = 512  # tokens of key/value room a row starts with; it doubles when full
 
 
@@ -66,6 +66,14 @@ class RowCache:
     def truncate(self, length: int) -> None:
         """Forget every position from `length` on (the buffers keep their room)."""
         del self.ids[length:]
+
+    def copy_from(self, other: "RowCache", start: int, end: int) -> None:
+        """Take positions start .. end from `other` (whose ids agree with this row's up to `end`)."""
+        self.reserve(end)
+        for layer in range(len(self.keys)):
+            self.keys[layer][:, :, start:end] = other.keys[layer][:, :, start:end]
+            self.values[layer][:, start:end] = other.values[layer][:, start:end]
+        self.ids[start:] = other.ids[start:end]
 
     def reserve(self, length: int) -> None:
         """Make room for `length` positions, doubling the buffers as often as needed."""
@@ -193,20 +201,56 @@ def forward_rows(model, caches: list[RowCache], new_ids: list[list[int]], logits
         return list(torch.split(model.lm_head(inner.norm(hidden)), counts))
 
 
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two id lists."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def shared_prefixes(held: list[list[int]], contexts: list[list[int]]) -> list[tuple[int, int | None, int]]:
+    """Plan a prefill that computes every shared prefix once (prefix caching).
+
+    For row i, whose cache holds `held[i]` and must cover `contexts[i]`: (keep, donor, copy): it keeps the first `keep`
+    positions of its own cache, and, when `donor` is not None, copies positions keep .. copy of row `donor`'s cache
+    once that row is filled (its context shares those tokens; the donor comes before i). The system prompt is
+    shared by every episode, and a query's prompt by its G samples: each is then run through the model once."""
+    plan = []
+    for i, ids in enumerate(contexts):
+        keep = common_prefix_length(held[i], ids)
+        best, copy = None, keep
+        for j in range(i):
+            shared = common_prefix_length(contexts[j], ids)
+            if shared > copy:
+                best, copy = j, shared
+        plan.append((keep, best, copy))
+    return plan
+
+
 def prefill(model, caches: list[RowCache], contexts: list[list[int]]) -> None:
     """Advance every cache to cover exactly its context: each keeps the longest common prefix of what it holds and
-    its context, and the rest of every context runs through the model in one batched call."""
-    from components.agent.hf import common_prefix_length
-
-    rows, rests = [], []
-    for cache, ids in zip(caches, contexts):
-        keep = common_prefix_length(cache.ids, ids)
+    its context, copies what it shares with an earlier row's context from that row (`shared_prefixes`), and the
+    rest of every context runs through the model, batched, in as few waves as the copies allow (a row that copies
+    waits for its donor)."""
+    plan = shared_prefixes([cache.ids for cache in caches], contexts)
+    for cache, (keep, _, _) in zip(caches, plan):
         cache.truncate(keep)
-        if keep < len(ids):
-            rows.append(cache)
-            rests.append(ids[keep:])
-    if rows:
-        forward_rows(model, rows, rests, logits=None)
+    done = [False] * len(caches)
+    while not all(done):
+        wave = [i for i, (_, donor, _) in enumerate(plan) if not done[i] and (donor is None or done[donor])]
+        rows, rests = [], []
+        for i in wave:
+            keep, donor, copy = plan[i]
+            if donor is not None:
+                caches[i].copy_from(caches[donor], keep, copy)
+            if caches[i].length < len(contexts[i]):
+                rows.append(caches[i])
+                rests.append(contexts[i][caches[i].length:])
+            done[i] = True
+        if rows:
+            forward_rows(model, rows, rests, logits=None)
 
 
 def decode_step(model, caches: list[RowCache], tokens: list[int]):

@@ -1,3 +1,3 @@
-"""Model and tokenizer factories: the tiny preset's BPE tokenizer and Qwen2 model built from a config
-(`tokenizer.py`, `factory.py`), one loading path for tiny and pretrained checkpoints (`loading.py`), checkpoint
-helpers (`checkpoints.py`) and the base_model stage (`base.py`, `commands.py`)."""
+"""Models: resolving a base checkpoint (Hub name, local directory, GGUF file or a GGUF shipped in a package;
+`gguf.py`, `checkpoints.py`), random models of an architecture (`factory.py`), one loading path for every preset
+(`loading.py`) and the base_model stage (`commands.py`)."""

@@ -1,13 +1,12 @@
-"""One loading path for every policy checkpoint: the tiny model saved locally, a Qwen checkpoint on disk, or a
-Hugging Face Hub name (bf16 and flash-attention 2 on GPU when installed, SDPA otherwise; on a CPU, decoding steps
-as plain matrix products)."""
+"""One loading path for every policy checkpoint: models/base as the base_model stage wrote it (SmolLM2 for the tiny
+preset, Qwen for the real ones), a checkpoint on disk, or a Hugging Face Hub name (bf16 and flash-attention 2 on GPU
+when installed, SDPA otherwise; on a CPU, decoding steps as plain matrix products)."""
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
 
-from components.cpu_allocator import retain_freed_memory
 from components.errors import UserError
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -64,29 +63,14 @@ def _source(path_or_name: str | Path) -> tuple[str, bool]:
     return str(path_or_name), False
 
 
-GENERIC_BACKENDS = ("TokenizersBackend", "PreTrainedTokenizerFast")
-
-
-def _declared_tokenizer_class(directory: Path) -> str | None:
-    try:
-        return json.loads((directory / "tokenizer_config.json").read_text()).get("tokenizer_class")
-    except (OSError, ValueError):
-        return None
-
-
 def load_tokenizer(path_or_name: str | Path):
     """The tokenizer of a checkpoint directory or Hub name, with left padding (for batched generation) and a pad
     token (its end-of-text token when the checkpoint defines none)."""
-    from transformers import AutoTokenizer, TokenizersBackend
+    from transformers import AutoTokenizer
 
     source, local = _source(path_or_name)
-    # A checkpoint whose tokenizer_config declares the generic backend (the tiny preset's own BPE) loads exactly as
-    # saved. AutoTokenizer would rebuild any qwen2 model's tokenizer as Qwen2Tokenizer, which replaces the saved
-    # pre-tokenizer with Qwen's (every digit split), so a tiny model would read text differently from how it was
-    # trained (regression test: tests/models/test_tokenizer.py).
-    loader = TokenizersBackend if local and _declared_tokenizer_class(Path(source)) in GENERIC_BACKENDS else AutoTokenizer
     try:
-        tokenizer = loader.from_pretrained(source, local_files_only=local)
+        tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
     except OSError as exc:
         raise UserError(f"cannot load a tokenizer from {source!r}: {exc}. Give a local checkpoint directory, or a "
                         "Hub name on a machine that can reach the Hub") from exc
@@ -94,6 +78,25 @@ def load_tokenizer(path_or_name: str | Path):
     if tokenizer.pad_token is None:
         tokenizer.pad_token = "<|endoftext|>" if "<|endoftext|>" in tokenizer.get_vocab() else tokenizer.eos_token
     return tokenizer
+
+
+def check_chat_protocol(tokenizer) -> None:
+    """Refuse a tokenizer whose own chat template does not render conversations as the agent protocol's token
+    segments do (components/agent/tokens.py: ChatML, as Qwen2.5 and SmolLM2 use): the policy would be trained and
+    sampled on text its template never produces."""
+    from components.agent import tokens as tok
+
+    end_of_turn_id(tokenizer)
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                {"role": "assistant", "content": "A"}, {"role": "user", "content": "T"}]
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise UserError("the tokenizer has no chat template; the agent protocol needs a ChatML chat model "
+                        "(<|im_start|>role\\n...<|im_end|>), such as Qwen2.5 or SmolLM2 Instruct")
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    ours = tok.render_prompt(messages)
+    if rendered != ours:
+        raise UserError("the model's chat template renders conversations differently from the agent protocol "
+                        f"(ChatML):\n template: {rendered!r}\n protocol: {ours!r}\nuse a ChatML instruct model")
 
 
 def end_of_turn_id(tokenizer) -> int:
@@ -128,6 +131,4 @@ def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str
     tokenizer = load_tokenizer(source)
     model.generation_config.eos_token_id = end_of_turn_id(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if device == "cpu":
-        retain_freed_memory()  # generation and training reuse freed buffers (components/cpu_allocator.py)
     return model.to(device).eval()

@@ -39,38 +39,21 @@ def sft(args: argparse.Namespace) -> int:
                                           source=str(args.data / "train.jsonl"))
     evaluation, dropped_eval = build_examples(tokenizer, eval_records, params.cutoff_len, params.overlong,
                                               source=str(eval_path))
-    replay = replay_examples(tokenizer, params)
-    train += replay
     # Master weights in float32: the Trainer's bf16 autocast / DeepSpeed's bf16 mode computes in 16 bits on GPU.
     model = load_policy_model(args.model, dtype="float32")
     with tracking.stage_run("sft", params=params, tags={"star.base_model": str(args.model)}) as run:
         result = run_sft(model, tokenizer, train, evaluation, params, args.out, on_log=run.log_metrics,
                          manifest={"stage": "sft", "base": str(args.model), "parameters": count_parameters(model)})
         summary = {**result.summary, "train_records": len(train_records), "eval_records": len(eval_records),
-                   "train_examples": len(train), "copy_replay_examples": len(replay),
+                   "train_examples": len(train),
                    "eval_examples": len(evaluation),
                    "dropped_overlong_or_empty": dropped_train + dropped_eval,
                    "mean_tokens_per_example": round(sum(len(e) for e in train) / max(1, len(train)), 1)}
-        if evaluation and params.copy_probe_examples:  # how far back the checkpoint can copy from (held-out records)
-            from components.models.copy_probe import copy_accuracy_by_distance
-
-            from components.models.name_copy import name_copy_accuracy
-
-            summary["copy_accuracy_by_distance"] = copy_accuracy_by_distance(
-                model, evaluation[:params.copy_probe_examples], tokenizer.pad_token_id, params.micro_batch_size)
-            # the listing names a plan must copy exactly, by part (first token, middle, last word, whole name)
-            summary["name_copy_accuracy"] = name_copy_accuracy(
-                model, tokenizer, eval_records[:params.copy_probe_examples], max_tokens=params.cutoff_len)
-        if replay:  # does the checkpoint still copy as its base did (fresh records the replay never showed)?
-            summary["copy_replay_probe"] = replay_probe(model, tokenizer, params)
         args.metrics.parent.mkdir(parents=True, exist_ok=True)
         args.metrics.write_text(json.dumps(summary, indent=2) + "\n")
         write_loss_csv(result.history, args.plots)
         run.log_metrics({f"summary.{k}": v for k, v in summary.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        from components.models.name_copy import name_copy_metrics
-
-        run.log_metrics(name_copy_metrics(summary.get("name_copy_accuracy", {})))  # compare runs in the MLflow UI
         run.log_artifact(args.metrics)
         run.log_artifact(args.plots)
         run.log_model(args.out, registered_name=REGISTERED_NAME)
@@ -79,30 +62,3 @@ def sft(args: argparse.Namespace) -> int:
           f"tokens/s, {summary['wall_seconds']:.0f} s", file=sys.stderr)
     print(f"SFT checkpoint in {args.out}; metrics in {args.metrics}; loss curve in {args.plots}")
     return 0
-
-
-def replay_examples(tokenizer, params) -> list:
-    """The copy-task examples `sft.copy_replay` adds to the training set (none when it is null or has no records).
-
-    They are training examples only: the eval loss and the copy probe stay on the held-out SFT records."""
-    from components.synthesis.copy_task import copy_records
-    from components.training.sft import build_examples
-
-    if params.copy_replay is None or not params.copy_replay.records:
-        return []
-    examples, _ = build_examples(tokenizer, copy_records(params.copy_replay), params.cutoff_len, params.overlong,
-                                 source="sft.copy_replay")
-    return examples
-
-
-def replay_probe(model, tokenizer, params, examples: int = 32) -> dict:
-    """Teacher-forced copy accuracy (`copy_accuracy`: sequential, look-up, route) on `examples` fresh records drawn
-    like `sft.copy_replay`'s but with the probe's seed, so none of them was trained on."""
-    from components.models.copy_probe import PROBE_SEED_OFFSET, copy_accuracy
-    from components.synthesis.copy_task import copy_records
-    from components.training.sft import build_examples
-
-    drawn = copy_records(params.copy_replay.model_copy(update={
-        "records": examples, "seed": params.copy_replay.seed + PROBE_SEED_OFFSET}))
-    encoded, _ = build_examples(tokenizer, drawn, params.cutoff_len, "drop", source="copy replay probe")
-    return copy_accuracy(model, tokenizer, encoded, params.micro_batch_size)

@@ -25,11 +25,9 @@ from typing import Callable, Literal
 from pydantic import Field, model_validator
 
 from components.agent import tokens as tok
-from components.cpu_allocator import retain_freed_memory
 from components.errors import UserError
 from components.jsonl import iter_jsonl
 from components.params import Params
-from components.synthesis.copy_task import CopyTaskParams
 
 IGNORE_INDEX = -100
 DEEPSPEED_CONFIGS = {"zero2": "ds_zero2.json", "zero3": "ds_zero3.json"}
@@ -39,7 +37,7 @@ OnLog = Callable[[dict, int], None]
 
 
 class SFTParams(Params):
-    """`sft:` in params/sft.yaml (also `model.pretrain` for the tiny base's QA pre-training)."""
+    """`sft:` in params/sft.yaml."""
 
     epochs: float = Field(3.0, gt=0, description="passes over the training records (fractions allowed)")
     learning_rate: float = Field(1e-3, gt=0)
@@ -59,23 +57,10 @@ class SFTParams(Params):
     max_minutes: float | None = Field(
         None, gt=0, description="stop training after this much wall time; without max_steps the LR schedule decays "
                                 "over this time (a run then depends on the machine's speed: not reproducible)")
-    target_eval_loss: float | None = Field(
-        None, gt=0, description="stop at the first eval loss at or below this (the tiny base's copy warm-up: once "
-                                "copying has formed, whenever that happens); torch backend only")
-    progress_check: tuple[int, float] | None = Field(
-        None, description="(step, loss): at that step, give up (stopped = 'no_progress') unless the eval loss is at or "
-                          "below the loss (the tiny base's copy warm-up restarts from a new seed then); torch backend "
-                          "only, and the step must be a multiple of eval_every")
     seed: int = 0
     backend: Literal["auto", "torch", "trainer"] = Field(
         "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
 
-    @model_validator(mode="after")
-    def _progress_check_on_an_eval_step(self) -> "SFTParams":
-        if self.progress_check is not None and self.progress_check[0] % self.eval_every:
-            raise ValueError(f"progress_check step {self.progress_check[0]} is not a multiple of eval_every "
-                             f"({self.eval_every}): the eval loss it reads is only measured every eval_every steps")
-        return self
     deepspeed: Literal["none", "zero2", "zero3"] = "none"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision (weights stay float32). GPU: auto = bf16 where supported. CPU: auto = "
@@ -85,15 +70,6 @@ class SFTParams(Params):
     gradient_checkpointing: bool = False
     cpu_threads: int | None = Field(
         None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
-    copy_probe_examples: int = Field(
-        64, ge=0, description="held-out examples on which the sft stage measures copying by distance and the "
-                              "copying of listing names (metrics/sft.json copy_accuracy_by_distance, "
-                              "name_copy_accuracy; 0: skip)")
-    copy_replay: CopyTaskParams | None = Field(
-        None, description="copy-task records (`model.pretrain_copy`'s keys; `records` of them, drawn with their own "
-                          "`seed`) trained alongside the SFT records, so the base's in-context copying is not "
-                          "forgotten (tiny: the SFT checkpoint copied 21% of a copy probe its base copied 97% of; "
-                          "docs/tiny_preset.md, session 16). null: none")
 
 
 @dataclass(frozen=True)
@@ -405,8 +381,6 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
         torch.set_num_threads(params.cpu_threads)
     device = next(model.parameters()).device
     compute_dtype = cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
-    if device.type == "cpu":
-        retain_freed_memory()  # freed blocks below 4 MiB are reused, same arithmetic (components/cpu_allocator.py)
     pad_id = tokenizer.pad_token_id
     total_steps = plan_steps(len(train), params)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay,
@@ -446,14 +420,8 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
         if on_log is not None:
             on_log({k: v for k, v in row.items() if k != "step" and v is not None}, step)
         bar.set_postfix(loss=f"{row['train_loss']:.3f}", tok_s=f"{row['tokens_per_second']:.0f}")
-        if reached_target(row.get("eval_loss"), params.target_eval_loss):
-            stopped = "target_eval_loss"
-            break
         if out_of_time:
             stopped = "max_minutes"
-            break
-        if missed_progress_check(step, row.get("eval_loss"), params.progress_check):
-            stopped = "no_progress"
             break
     bar.close()
     wall = time.perf_counter() - started
@@ -461,16 +429,6 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     result.summary["compute_dtype"] = compute_dtype
     model.eval()
     return result
-
-
-def missed_progress_check(step: int, eval_loss: float | None, check: tuple[int, float] | None) -> bool:
-    """Whether this is the check's step and the eval loss measured at it is above the check's loss."""
-    return check is not None and step == check[0] and eval_loss is not None and eval_loss > check[1]
-
-
-def reached_target(eval_loss: float | None, target: float | None) -> bool:
-    """Whether an eval loss measured this step is at or below the target (never when either is missing)."""
-    return eval_loss is not None and target is not None and eval_loss <= target
 
 
 def summarise(history: list[dict], initial_eval: float | None, wall: float, seen_tokens: int, trained_tokens: int,
@@ -530,9 +488,6 @@ def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    if params.target_eval_loss is not None:
-        raise UserError("target_eval_loss stops only the torch backend (the tiny base's copy warm-up); remove it or "
-                        "set backend: torch")
     ds_config = deepspeed_config(params.deepspeed)
     if ds_config is not None:
         for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "RANK": "0", "LOCAL_RANK": "0",

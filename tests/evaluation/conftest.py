@@ -71,25 +71,13 @@ def metrics_tree(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An untrained tiny Qwen2 checkpoint saved like a pipeline stage saves one (tokenizer trained on QA text)."""
-    from components.evaluation.qa.corpus import build_encyclopedia
+def tiny_checkpoint(small_model_factory, smol_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained small Llama checkpoint (SmolLM2's tokenizer) saved like a pipeline stage saves one."""
     from components.models.checkpoints import save_checkpoint
-    from components.models.factory import build_tiny_model
-    from components.models.tokenizer import build_tiny_tokenizer
 
-    from components.evaluation.qa.env import QAEnv
-    from components.travel.protocol import system_prompt
-    from components.travel.tools import TOOL_SCHEMAS
-
-    book = build_encyclopedia(40, 10, 6, questions_per_dataset=20, seed=5)
-    prompts = [system_prompt(TOOL_SCHEMAS), QAEnv("?", retriever=None).reset()[0]["content"]]
-    questions = [q["question"] for qs in book.questions.values() for q in qs]
-    texts = prompts * 5 + [p.text for p in book.passages] + questions
-    tokenizer = build_tiny_tokenizer(texts, vocab_size=800, min_frequency=2)
-    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64)
-    return save_checkpoint(model, tokenizer, tmp_path_factory.mktemp("tiny_checkpoint"), stage="test")
+    model = small_model_factory(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
+    return save_checkpoint(model, smol_tokenizer, tmp_path_factory.mktemp("tiny_checkpoint"), stage="test")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fixtures for the model tests: a tiny tokenizer trained on protocol conversations and a tiny Qwen2 model."""
+"""Fixtures for the model tests: SmolLM2's tokenizer and a small random Llama model over it."""
 from __future__ import annotations
 
 import json
@@ -44,16 +44,11 @@ def conversations() -> list[list[dict]]:
 
 
 @pytest.fixture(scope="session")
-def tiny_tokenizer(conversations):
-    from components.models.tokenizer import build_tiny_tokenizer
-
-    texts = [m["content"] for c in conversations for m in c]
-    return build_tiny_tokenizer(texts, vocab_size=1024)
+def tiny_tokenizer(smol_tokenizer):
+    return smol_tokenizer
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tiny_tokenizer):
-    from components.models.factory import build_tiny_model
-
-    return build_tiny_model(tiny_tokenizer, seed=0, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                            intermediate_size=128, max_position_embeddings=4096)
+def tiny_model(small_model_factory):
+    return small_model_factory(seed=0, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                               intermediate_size=128, max_position_embeddings=4096)

@@ -1,4 +1,4 @@
-"""Fixtures for the RL tests: a tiny Qwen2 model and tokenizer saved like any checkpoint, and RL queries over the
+"""Fixtures for the RL tests: a small random Llama model with SmolLM2's tokenizer saved like any checkpoint, and RL queries over the
 tiny synthetic world (tests/conftest.py's `tiny_world_dir`)."""
 from __future__ import annotations
 
@@ -34,19 +34,12 @@ def rl_queries_path(tiny_world, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tiny_world, rl_queries_path, tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer Qwen2 (hidden 32) with a BPE tokenizer trained on the prompts it will see."""
+def tiny_model_dir(small_model_factory, smol_tokenizer, tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer Llama (hidden 32) with SmolLM2's tokenizer, saved like any checkpoint."""
     from components.models.checkpoints import save_checkpoint
-    from components.models.factory import build_tiny_model
-    from components.models.tokenizer import build_tiny_tokenizer
-    from components.travel import protocol
-    from components.travel.tools import TOOL_SCHEMAS
 
-    texts = [protocol.system_prompt(TOOL_SCHEMAS)] * 3 + [json.loads(l)["query"] for l in rl_queries_path.open()]
-    texts += ['<think>search flights</think><tool_call>{"name": "FlightSearch", "arguments": {}}</tool_call>'] * 5
-    tokenizer = build_tiny_tokenizer(texts, vocab_size=600)
-    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64)
+    model = small_model_factory(seed=0, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
     out = tmp_path_factory.mktemp("tiny_model")
-    save_checkpoint(model, tokenizer, out, stage="test")
+    save_checkpoint(model, smol_tokenizer, out, stage="test")
     return out
