@@ -1,4 +1,4 @@
-"""Benchmark CPU generation with the tiny model: all episodes of a turn in one batched call vs one at a time.
+"""Benchmark CPU generation with the tiny preset's model: all episodes of a turn in one batched call vs one at a time.
 
 Side by side in one process, on the same 50 episodes, turns and model, three ways to serve the loop's turns:
   - baseline: one `generate` call per episode per turn, the whole context re-read every turn
@@ -14,11 +14,13 @@ The episodes are real: the programmatic expert solves queries of the tiny synthe
 and the benchmark replays its trajectories turn by turn (teacher forcing): at turn t every episode's context is the
 expert's trajectory before its t-th assistant turn (system prompt with the tool schemas, query, earlier turns and
 tool responses) encoded with the loop's own segments, and the model samples up to `--new-tokens` tokens. The
-model is the tiny preset's (Qwen2, hidden 192, 3 layers) over a BPE tokenizer trained on those trajectories;
-untrained, it rarely samples `<|im_end|>`, so turns run to `--new-tokens` (tokens/s counts the tokens generated).
+model has the tiny preset's tokenizer and architecture (SmolLM2-135M, `--layers` of its 30) with random weights
+(benchmarks/random_base.py); untrained, it rarely samples `<|im_end|>`, so turns run to `--new-tokens` (tokens/s
+counts the tokens generated). The decoding is `generate`'s in every variant (`decoder="generate"`); the lean decoder
+against it is benchmarks/bench_smollm2.py's.
 
-    python benchmarks/bench_generation.py                  # about 3 minutes on 2 shared cores
-    python benchmarks/bench_generation.py --episodes 8 --turns 2 --new-tokens 16   # a quick run
+    python benchmarks/bench_generation.py --episodes 16    # SmolLM2's full depth: many minutes on 2 shared cores
+    python benchmarks/bench_generation.py --episodes 8 --turns 2 --new-tokens 16 --layers 2   # a quick run
 """
 from __future__ import annotations
 
@@ -35,12 +37,11 @@ from components.agent import tokens
 from components.agent.hf import HFPolicy
 from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
 from components.agent.types import TurnRequest
-from components.models.factory import build_tiny_model, count_parameters
-from components.models.tokenizer import build_tiny_tokenizer
 from components.synthesis.expert import ExpertConfig, ExpertPolicy
 from components.synthesis.synthesize import QueriesParams, synthesize_splits
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World
+from random_base import add_model_arguments, describe, random_base
 
 
 def expert_trajectories(num_queries: int) -> list[dict]:
@@ -98,28 +99,27 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=48, help="max_new_tokens per turn")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    add_model_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     start = time.perf_counter()
     records = expert_trajectories(max(args.episodes, 60))
-    tokenizer = build_tiny_tokenizer((m["content"] for r in records for m in r["messages"]), vocab_size=4096)
-    model = build_tiny_model(tokenizer, seed=args.seed).eval()
+    tokenizer, model = random_base(args.layers, seed=args.seed)
     setup = time.perf_counter() - start
     usable = [r for r in records if sum(m["role"] == "assistant" for m in r["messages"]) >= args.turns]
     contexts = [[context_ids(tokenizer, r["messages"], cut=t) for t in range(args.turns)]
                 for r in usable[:args.episodes]]
     lengths = sorted(len(c) for episode in contexts for c in episode)
 
-    HFPolicy(model, tokenizer, greedy=True).generate(turn_requests(contexts[:2], 0, 4))  # warm-up
-    single, single_s = replay(HFPolicy(model, tokenizer, greedy=True, reuse_cache=False), contexts,
-                              args.new_tokens, one_at_a_time=True)
-    batched, batched_s = replay(HFPolicy(model, tokenizer, greedy=True, reuse_cache=False), contexts,
-                                args.new_tokens, one_at_a_time=False)
-    growing, growing_s = replay(HFPolicy(model, tokenizer, greedy=True, static_cache=False), contexts,
-                                args.new_tokens, one_at_a_time=False)
-    cached, cached_s = replay(HFPolicy(model, tokenizer, greedy=True), contexts, args.new_tokens,
-                              one_at_a_time=False)
+    def policy(**options) -> HFPolicy:
+        return HFPolicy(model, tokenizer, greedy=True, decoder="generate", **options)
+
+    policy().generate(turn_requests(contexts[:2], 0, 4))  # warm-up
+    single, single_s = replay(policy(reuse_cache=False), contexts, args.new_tokens, one_at_a_time=True)
+    batched, batched_s = replay(policy(reuse_cache=False), contexts, args.new_tokens, one_at_a_time=False)
+    growing, growing_s = replay(policy(static_cache=False), contexts, args.new_tokens, one_at_a_time=False)
+    cached, cached_s = replay(policy(), contexts, args.new_tokens, one_at_a_time=False)
     assert batched == single, "batched != one at a time under greedy decoding"
     assert growing == single, "batched with cache reuse (growing cache) != one at a time under greedy decoding"
     assert cached == single, "batched with cache reuse (static cache) != one at a time under greedy decoding"
@@ -127,8 +127,7 @@ def main() -> None:
 
     print(f"machine: {platform.machine()} {platform.system()}, Python {platform.python_version()}, torch "
           f"{torch.__version__}, transformers {transformers.__version__}, {args.threads} torch threads")
-    print(f"model: Qwen2 hidden {model.config.hidden_size}, {model.config.num_hidden_layers} layers, "
-          f"{count_parameters(model) / 1e6:.2f} M parameters, vocab {len(tokenizer)}; setup {setup:.1f} s")
+    print(f"model: {describe(model, tokenizer)}; setup {setup:.1f} s")
     print(f"{len(contexts)} episodes x {args.turns} turns; contexts of {lengths[0]}-{lengths[-1]} tokens (median "
           f"{lengths[len(lengths) // 2]}); {generated} tokens generated per variant (max {args.new_tokens} per "
           "turn); same ids in all variants: yes")

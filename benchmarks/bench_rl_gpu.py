@@ -2,20 +2,21 @@
 
 Two parts, both printed as one table (and written to `--out/bench_rl_gpu.json`):
 
-1. The tiny preset's SFT checkpoint through the whole RL loop (`components.training.rl.trainer.train`: transformers
-   rollouts on the GPU, the strict evaluator's SUM reward, GRPO update, checkpoint), `--steps` steps per optimiser.
+1. The tiny preset's SFT checkpoint (SmolLM2-135M-Instruct after the sft stage) through the whole RL loop
+   (`components.training.rl.trainer.train`: transformers rollouts on the GPU, the strict evaluator's SUM reward, GRPO
+   update, checkpoint), `--steps` steps per optimiser.
 2. `--qwen-shape`: a Qwen2-architecture model with Qwen2.5-0.5B's shape (24 layers, hidden 896, 14 heads, 2 KV heads,
-   MLP 4864; random weights, the SFT checkpoint's tokenizer) for throughput at a realistic size: real rollouts
-   through the RL engine, then one update per optimiser. A random-weight model earns no reward (every group ties,
-   and a tied group's advantage is 0, so nothing would train): this part gives the trajectories advantages drawn
-   from a seeded normal distribution and says so in its rows.
+   MLP 4864; random weights over the SFT checkpoint's tokenizer, SmolLM2's) for throughput at a realistic size: real
+   rollouts through the RL engine, then one update per optimiser. A random-weight model earns no reward (every group
+   ties, and a tied group's advantage is 0, so nothing would train): this part gives the trajectories advantages
+   drawn from a seeded normal distribution and says so in its rows.
 
 vLLM rollouts are not part of it: they need the `vllm` package (the [gpu] extra) on the machine.
 
     python benchmarks/bench_rl_gpu.py --steps 2 --qwen-shape --out /tmp/bench_rl_gpu   # after `dvc repro sft`
 
-Runs on CPU too (slowly; DeepSpeed then needs `pip install deepspeed`), which is how it was tested before a GPU ran it.
-Measured on an H100 on 2026-11-27: benchmarks/RESULTS.md, "RL steps on a GPU".
+Meant for a CUDA machine. On a CPU it runs too, slowly (params/rl.yaml's rollouts and, with --qwen-shape, a 0.5B
+model in fp32); DeepSpeed needs `pip install deepspeed` there as well.
 """
 from __future__ import annotations
 
@@ -37,8 +38,26 @@ from components.params import read_yaml
 from components.training.rl.params import RLParams
 from components.training.rl.trainer import RLPaths, train
 
-QWEN25_05B_SHAPE = dict(hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2, intermediate_size=4864,
-                        max_position_embeddings=32768, rope_theta=1_000_000.0)
+QWEN25_05B_SHAPE = dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                        intermediate_size=4864, max_position_embeddings=32768, rope_theta=1_000_000.0,
+                        tie_word_embeddings=True)
+
+
+def qwen_shape_model(tokenizer, seed: int = 0, shape: dict | None = None):
+    """A float32 Qwen2 causal LM of `shape` (default QWEN25_05B_SHAPE) over `tokenizer`'s vocabulary, random weights,
+    stopping at `<|im_end|>`."""
+    from transformers import Qwen2Config
+
+    from components.models.factory import random_model
+    from components.models.loading import end_of_turn_id
+
+    end_id = end_of_turn_id(tokenizer)
+    config = Qwen2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id, eos_token_id=end_id,
+                         pad_token_id=tokenizer.pad_token_id, **(QWEN25_05B_SHAPE if shape is None else shape))
+    model = random_model(config, seed=seed)
+    model.generation_config.eos_token_id = end_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
 def merged(base: dict, overrides: dict) -> dict:
@@ -78,7 +97,7 @@ def full_loop(label: str, params: RLParams, model: Path, world: Path, queries: P
     def mean(key: str) -> float:
         return statistics.fmean(m.get(key, 0.0) for m in logged)
 
-    return {"run": label, "model": "tiny SFT checkpoint", "steps": len(logged), "wall_s": wall,
+    return {"run": label, "model": "tiny preset's SFT checkpoint", "steps": len(logged), "wall_s": wall,
             "step_s": mean("time/step_s"), "rollout_s": mean("time/rollout_s"), "reward_s": mean("time/reward_s"),
             "update_s": mean("time/update_s"), "rollout_tok_s": summary["rollout_tokens_per_s"],
             "update_tok_s": summary["update_tokens_per_s"], "sampled_tokens": mean("batch/sampled_tokens"),
@@ -92,7 +111,7 @@ def qwen_shape_step(label: str, params: RLParams, tokenizer_dir: Path, world_dir
     """Rollouts of a Qwen2.5-0.5B-shaped model through the RL engine, then one update (seeded synthetic
     advantages: a random-weight model earns no reward)."""
     from components.agent.loop import Limits
-    from components.models.factory import build_tiny_model, count_parameters
+    from components.models.factory import count_parameters
     from components.models.loading import load_tokenizer
     from components.training.rl.engine import RolloutEngine, build_policy
     from components.training.rl.optim import build_optimizer
@@ -103,7 +122,7 @@ def qwen_shape_step(label: str, params: RLParams, tokenizer_dir: Path, world_dir
     reset_peak_memory(device)
     tokenizer = load_tokenizer(tokenizer_dir)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = build_tiny_model(tokenizer, seed=0, **QWEN25_05B_SHAPE).to(device=device, dtype=dtype)
+    model = qwen_shape_model(tokenizer, seed=0).to(device=device, dtype=dtype)
     size = count_parameters(model)
     optimizer = build_optimizer(model, params, total_steps=1)
     rollout = params.rollout

@@ -7,6 +7,10 @@ benchmark prints each one's trained tokens per second and the ratio.
 
     python benchmarks/bench_sft_autocast.py --data data/sft --model models/base   # a built pipeline's data/base
     python benchmarks/bench_sft_autocast.py                                        # self-contained: expert data
+    python benchmarks/bench_sft_autocast.py --queries 8 --layers 2 --steps 1 --rounds 1 --batch-size 1   # quick
+
+Self-contained, the model is SmolLM2-135M's tokenizer and architecture with random weights (benchmarks/random_base.py;
+`--layers` of its 30), trained on expert trajectories of the tiny synthetic world.
 """
 from __future__ import annotations
 
@@ -19,21 +23,20 @@ from pathlib import Path
 import torch
 
 from components.training.sft import SFTParams, build_examples, load_records, train_torch
+from random_base import add_model_arguments
 
 
-def self_contained(num_queries: int):
-    """A tiny tokenizer and model over expert trajectories of the tiny synthetic world (nothing on disk needed)."""
+def self_contained(num_queries: int, layers: int):
+    """SmolLM2's tokenizer, a random model of its shape and expert trajectories of the tiny synthetic world (nothing on
+    disk needed)."""
     from bench_generation import expert_trajectories
+    from random_base import random_base
 
-    from components.models.factory import build_tiny_model
-    from components.models.tokenizer import build_tiny_tokenizer
     from components.synthesis.filter import FilterParams, estimate_counter, filter_trajectories
-    from components.travel.synthetic import NAME_SYLLABLES
 
     records, _ = filter_trajectories(expert_trajectories(num_queries), FilterParams(), estimate_counter(4.2))
-    texts = [m["content"] for r in records for m in r["messages"]]
-    tokenizer = build_tiny_tokenizer(texts, vocab_size=4096, name_pieces=NAME_SYLLABLES, detach_name_prefix=True)
-    return tokenizer, build_tiny_model(tokenizer, seed=0), records
+    tokenizer, model = random_base(layers)
+    return tokenizer, model, records
 
 
 def from_disk(data: Path, model_dir: Path):
@@ -48,6 +51,7 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, help="an sft_data output folder (train.jsonl)")
     parser.add_argument("--model", type=Path, help="a base checkpoint folder (with --data)")
     parser.add_argument("--queries", type=int, default=120, help="expert trajectories without --data")
+    add_model_arguments(parser)
 
 
 def main() -> None:
@@ -55,11 +59,13 @@ def main() -> None:
     add_data_arguments(parser)
     parser.add_argument("--steps", type=int, default=6, help="optimiser steps per block")
     parser.add_argument("--rounds", type=int, default=3, help="alternating fp32/bf16 blocks of each")
+    parser.add_argument("--batch-size", type=int, default=8, help="sequences per optimiser step")
     args = parser.parse_args()
 
-    tokenizer, model, records = from_disk(args.data, args.model) if args.data else self_contained(args.queries)
+    tokenizer, model, records = from_disk(args.data, args.model) if args.data else self_contained(args.queries, args.layers)
     examples, _ = build_examples(tokenizer, records, cutoff_len=8192)
-    params = SFTParams(epochs=100, max_steps=args.steps, batch_size=8, micro_batch_size=4, learning_rate=2e-3,
+    params = SFTParams(epochs=100, max_steps=args.steps, batch_size=args.batch_size,
+                       micro_batch_size=min(4, args.batch_size), learning_rate=2e-3,
                        eval_every=10**6, backend="torch")
     models = {"float32": model, "bfloat16": copy.deepcopy(model)}
     totals = {name: [0, 0.0] for name in models}
@@ -73,7 +79,7 @@ def main() -> None:
     speed = {name: tokens / seconds for name, (tokens, seconds) in totals.items()}
     print(f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads, "
           f"torch {torch.__version__}")
-    print(f"{len(examples)} examples, {args.rounds} rounds x {args.steps} steps of 8 sequences each")
+    print(f"{len(examples)} examples, {args.rounds} rounds x {args.steps} steps of {args.batch_size} sequences each")
     for name, value in speed.items():
         print(f"{name:9s} {value:8.0f} tokens/s")
     print(f"bf16 autocast / fp32: {speed['bfloat16'] / speed['float32']:.2f}x")

@@ -2,7 +2,7 @@
 
 Iterating `os.environ` reads the names first and each value after; when another thread removes a variable in
 between (MLflow's telemetry thread sets and deletes `_MLFLOW_TELEMETRY_SESSION_ID` at run start), the read raises
-`KeyError` (or `RuntimeError` when the set of names changes mid-iteration). Session 45's tiny `dvc repro` lost its SFT
+`KeyError` (or `RuntimeError` when the set of names changes mid-iteration). A `dvc repro` lost its SFT
 stage to exactly that in `tracking.redact`. `snapshot` retries the copy, and its last pass skips the names that vanished.
 """
 

@@ -12,15 +12,14 @@ environment variable `STAR_PARENT_RUN_ID` (not `MLFLOW_RUN_ID`, which would resu
 Tracking URI: `MLFLOW_TRACKING_URI`, else the absolute `sqlite:///<repo root>/mlflow.db` (never relative:
 `dvc exp run --temp` runs stages in a copy under `.dvc/tmp/exps/` that is deleted afterwards). Artifacts go where
 the store says (an `mlflow server --artifacts-destination s3://…` proxies them to S3; `MLFLOW_S3_ENDPOINT_URL`
-points boto3 at any S3-compatible store). Secrets never reach MLflow: params and tags whose key names a secret, and
-any value containing a secret from the environment, are redacted.
+points boto3 at any S3-compatible store). Secrets never reach MLflow: params and tags whose key names a secret, any
+value containing a secret from the environment, and URL passwords and tokens (`components.redact`) are redacted.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -28,16 +27,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from components.environ import snapshot as environ_snapshot
+from components.redact import REDACTED, is_secret_key, redact_url
 
 PARENT_RUN_ENV = "STAR_PARENT_RUN_ID"
 EXPERIMENT_ENV = "STAR_EXPERIMENT"
 PRESET_ENV = "STAR_PRESET"
 VARIANT_ENV = "STAR_VARIANT"
-REDACTED = "***"
-SECRET_WORDS = frozenset({"key", "apikey", "secret", "token", "password", "passwd", "credential", "credentials"})
 MODEL_ALIAS = "candidate"
 _EXPS_TMP = os.path.join(".dvc", "tmp", "exps")
 _MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
@@ -94,16 +91,6 @@ def default_artifact_location() -> str | None:
     return None
 
 
-def display_uri(uri: str) -> str:
-    """A URI safe to print: any user:password part removed."""
-    parts = urlsplit(uri)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    return uri
-
-
 # ---------------------------------------------------------------- params and secrets
 
 def flatten(params: Any, prefix: str = "") -> dict[str, Any]:
@@ -122,27 +109,14 @@ def flatten(params: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): params}
 
 
-def _words(key: str) -> list[str]:
-    """The words of a key: `openaiApiKey.value` -> [openai, api, key, value]."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", key)
-    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
-
-
-def is_secret_key(key: str) -> bool:
-    """Whether a param or tag name names a secret (api_key, hf_token, aws_secret_access_key, password, ...).
-
-    Matched on whole words so that `max_new_tokens` or `tokenizer` stay visible.
-    """
-    return any(word in SECRET_WORDS for word in _words(key))
-
-
 def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of environment variables whose names name a secret (never logged, wherever they appear)."""
     return [value for name, value in environ_snapshot(environ).items() if is_secret_key(name) and len(value) >= 4]
 
 
 def redact(flat: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Stringified values with secrets replaced by `***` (by key name, by known secret value, URL passwords)."""
+    """Stringified values with secrets replaced by `***` (by key name, by known secret value, URL passwords and
+    tokens)."""
     secrets = secret_values(environ)
     clean: dict[str, str] = {}
     for key, value in flat.items():
@@ -151,8 +125,7 @@ def redact(flat: Mapping[str, Any], environ: Mapping[str, str] | None = None) ->
             text = REDACTED
         for secret in secrets:
             text = text.replace(secret, REDACTED)
-        if "://" in text:
-            text = display_uri(text)
+        text = redact_url(text)
         clean[key] = text[:_MAX_PARAM_LENGTH]
     return clean
 
@@ -202,7 +175,7 @@ def ensure_sqlite_store(uri: str) -> None:
     """Create and migrate a local sqlite store under a file lock, once per process.
 
     Two stage processes that open a store that does not exist yet both run MLflow's schema migrations, and the
-    second fails with `duplicate column name` (seen with two `star rl` runs started together, session 47). The
+    second fails with `duplicate column name` (two `star rl` runs started together). The
     lock lets one create the tables; the others then find them current.
     """
     path = sqlite_path(uri)
@@ -238,7 +211,7 @@ def ensure_experiment(name: str) -> str:
             return client.create_experiment(name, artifact_location=default_artifact_location())
         except MlflowException:
             time.sleep(0.2)  # another process created it between our two calls
-    raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {display_uri(tracking_uri())}")
+    raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {redact_url(tracking_uri())}")
 
 
 @dataclass
@@ -360,7 +333,7 @@ def _active_stage_run(mlflow, stage: str, params: Any, tags: Mapping[str, Any] |
                               nested=parent_id is not None, tags=redact(all_tags))
     run = Run(active.info.run_id, experiment_id)
     print(f"[{stage}] MLflow run {run.run_id} in experiment '{experiment_name()}' at "
-          f"{display_uri(tracking_uri())}" + (f" (parent {parent_id})" if parent_id else ""), file=sys.stderr)
+          f"{redact_url(tracking_uri())}" + (f" (parent {parent_id})" if parent_id else ""), file=sys.stderr)
     if params is not None:
         run.log_params(params)
     try:
@@ -427,7 +400,7 @@ def pipeline_run(name: str, params: Any = None, tags: Mapping[str, Any] | None =
     created = client.create_run(experiment_id, tags=redact(all_tags), run_name=name)
     run = PipelineRun(created.info.run_id, experiment_id)
     print(f"MLflow parent run {run.run_id} ('{name}') in experiment '{experiment_name()}' at "
-          f"{display_uri(tracking_uri())}", file=sys.stderr)
+          f"{redact_url(tracking_uri())}", file=sys.stderr)
     if params is not None:
         run.log_params(params)
     try:

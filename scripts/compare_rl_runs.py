@@ -2,8 +2,8 @@
 
 A reward curve can "rise" on the order of the queries alone: the tiny preset's rollouts are seeded per step, so a
 run and its control (the same params and seed with weights that never move, e.g. `reward.kind: macro` while no plan
-passes every check, or `learning_rate: 0`) see the same queries in the same order. Session 22 found the frozen SFT
-policy's own curve passing most of the way to the first-fifth/last-fifth test. This script reads both runs'
+passes every check, or `learning_rate: 0`) see the same queries in the same order. A frozen SFT policy's own curve
+can pass most of the way to a first-fifth/last-fifth test. This script reads both runs'
 `plots/rewards.csv` (the stage's DVC plot; one row per step), rescores every step with one reward kind from the
 logged component means, and prints
 

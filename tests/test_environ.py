@@ -31,7 +31,7 @@ class VanishingEnviron(Mapping):
         return len(self.data)
 
 
-def test_a_plain_copy_of_a_vanishing_variable_raises_the_error_session_45_hit():
+def test_a_plain_copy_of_a_vanishing_variable_raises_the_key_error():
     environ = VanishingEnviron({"_MLFLOW_TELEMETRY_SESSION_ID": "abc", "HOME": "/root"}, "_MLFLOW_TELEMETRY_SESSION_ID")
     try:
         dict(environ.items())

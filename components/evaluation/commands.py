@@ -19,9 +19,9 @@ from components.errors import UserError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the evaluation sub-commands to `star`."""
-    qa = subparsers.add_parser("qa", help="out-of-domain QA data (encyclopedia corpus, questions, pre-training)")
+    qa = subparsers.add_parser("qa", help="out-of-domain QA data (encyclopedia corpus and questions)")
     qa_sub = qa.add_subparsers(dest="qa_command", metavar="QA_COMMAND")
-    build = qa_sub.add_parser("build", help="generate the QA corpus, question sets and QA expert trajectories")
+    build = qa_sub.add_parser("build", help="generate the QA corpus and question sets (checked with the QA expert)")
     build.add_argument("--params", default="params/ood_qa.yaml")
     build.add_argument("--out", default="data/qa", help="output directory")
     build.add_argument("--metrics", default="metrics/qa_data.json", help="summary metrics JSON to write")
@@ -100,8 +100,8 @@ def run_qa_build(args: argparse.Namespace) -> int:
         write_json(metrics, args.metrics)
         run.log_metrics(metrics)
         run.log_artifact(args.metrics)
-    print(f"wrote QA data to {args.out}/ ({metrics['passages']} passages, {metrics['pretrain']['records']} "
-          f"pre-training records) and metrics to {args.metrics}")
+    print(f"wrote QA data to {args.out}/ ({metrics['passages']} passages, "
+          f"{sum(metrics['questions'].values())} questions) and metrics to {args.metrics}")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Out-of-domain QA: build the offline QA data, evaluate a checkpoint on QA with search, and the alignment tax.
 
-`build_qa_data` writes the encyclopedia corpus, its question sets and the QA expert's pre-training trajectories;
+`build_qa_data` writes the encyclopedia corpus and its question sets (and checks them with the QA expert);
 `evaluate_checkpoint` runs a checkpoint through the shared agent loop on every configured dataset and scores EM/F1;
 `alignment_tax` compares a trained checkpoint's scores with the base model's (EVALUATION.md).
 """
@@ -20,7 +20,6 @@ from components.errors import UserError
 from components.evaluation.qa import corpus as qa_corpus
 from components.evaluation.qa.datasets import dump_jsonl, load_hf_dataset, load_jsonl_dataset
 from components.evaluation.qa.expert import QAExpertPolicy
-from components.evaluation.qa.pretrain import pretrain_records
 from components.evaluation.qa.retriever import BM25Retriever, HTTPRetriever, load_corpus
 from components.evaluation.qa.rollout import run_qa
 from components.params import Params
@@ -33,13 +32,6 @@ class CorpusParams(Params):
     num_people: int = Field(300, ge=2)
     num_towns: int = Field(60, ge=2)
     num_organisations: int = Field(40, ge=1)
-
-
-class PretrainParams(Params):
-    """The QA pre-training data: expert trajectories on a separate encyclopedia (another seed)."""
-
-    corpus: CorpusParams = CorpusParams(seed=1000, num_people=600, num_towns=120, num_organisations=80)
-    questions_per_kind: int = Field(1000, ge=0)  # single-hop and multi-hop each
 
 
 class DatasetParams(Params):
@@ -66,7 +58,6 @@ class OODQAParams(Params):
 
     corpus: CorpusParams = CorpusParams()
     questions_per_dataset: int = Field(100, ge=1)
-    pretrain: PretrainParams = PretrainParams()
     datasets: list[DatasetParams] = [DatasetParams(name="single_hop"), DatasetParams(name="multi_hop")]
     retriever: RetrieverParams = RetrieverParams()
     limits: LimitsParams = LimitsParams(max_turns=4, max_tokens_per_turn=128, max_context_tokens=2048,
@@ -92,8 +83,8 @@ def retrieval_recall(questions: list[dict], retriever) -> float:
 
 
 def build_qa_data(params: OODQAParams, out_dir: str | Path) -> dict:
-    """Write `corpus.jsonl`, `questions/{single_hop,multi_hop}.jsonl`, `pretrain/corpus.jsonl` and `pretrain.jsonl`
-    under `out_dir`; return the summary metrics (counts, retriever recall, the expert's EM)."""
+    """Write `corpus.jsonl` and `questions/{single_hop,multi_hop}.jsonl` under `out_dir`; return the summary metrics
+    (counts, retriever recall, the expert's EM: the questions are answerable with the search tool)."""
     out = Path(out_dir)
     evaluation = _encyclopedia(params.corpus, params.questions_per_dataset)
     passages = [p.to_dict() for p in evaluation.passages]
@@ -110,19 +101,6 @@ def build_qa_data(params: OODQAParams, out_dir: str | Path) -> dict:
     }
     expert_scores = evaluate_policy(QAExpertPolicy(), evaluation.questions, retriever, params.limits.to_limits())
     metrics["expert_em"] = {d: s["em"] for d, s in expert_scores["per_dataset"].items()}
-
-    pretrain_book = _encyclopedia(params.pretrain.corpus, params.pretrain.questions_per_kind)
-    pretrain_passages = [p.to_dict() for p in pretrain_book.passages]
-    dump_jsonl(pretrain_passages, out / "pretrain" / "corpus.jsonl")
-    pretrain_questions = [q for qs in pretrain_book.questions.values() for q in qs]
-    trajectories = run_qa(pretrain_questions, BM25Retriever(pretrain_passages, top_k=params.retriever.top_k),
-                          QAExpertPolicy(), params.limits.to_limits(), progress=True)
-    records = pretrain_records(trajectories)
-    dump_jsonl(records, out / "pretrain.jsonl")
-    metrics["pretrain"] = {"questions": len(pretrain_questions), "records": len(records),
-                           "kept_rate": len(records) / max(1, len(pretrain_questions)),
-                           "mean_turns": statistics.fmean(t["num_turns"] for t in trajectories)
-                           if trajectories else 0.0}
     return metrics
 
 

@@ -129,7 +129,7 @@ def grounding_stats(records: list[dict]) -> dict:
 def first_call_origin(queries: list, records: list[dict]) -> dict:
     """How often the first tool call names the query's origin exactly, over the episodes whose first call has a
     `departure` argument (a flight or route search): the one copy in an episode that picks a name out of the query
-    by its cue word ("departing from") rather than copying the text just before it (docs/tiny_preset.md, session 13).
+    by its cue word ("departing from") rather than copying the text just before it.
     `{"n", "exact"}`; exact is None when no episode made such a call."""
     hits = []
     for query, record in zip(queries, records):

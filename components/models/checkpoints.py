@@ -45,7 +45,7 @@ def snapshot_pretrained(name_or_path: str, out_dir: str | Path, revision: str | 
     out_dir = Path(out_dir)
     source = Path(name_or_path)
     if source.is_dir() and source.resolve() == out_dir.resolve():
-        raise UserError(f"model.name_or_path {source} is the output directory itself; point it at the original checkpoint")
+        raise UserError(f"model.source {source} is the output directory itself; point it at the original checkpoint")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     if source.is_dir():
@@ -54,13 +54,17 @@ def snapshot_pretrained(name_or_path: str, out_dir: str | Path, revision: str | 
         shutil.copytree(source, out_dir, ignore=shutil.ignore_patterns(".git", ".cache"))
     else:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
 
         try:
             snapshot_download(repo_id=str(name_or_path), revision=revision, local_dir=out_dir,
                               allow_patterns=SNAPSHOT_PATTERNS)
+        except HFValidationError as exc:
+            raise UserError(f"{name_or_path!r} is neither a checkpoint directory nor a Hugging Face Hub name; set "
+                            "model.source to an existing checkpoint directory, a Hub name (org/name), a .gguf file "
+                            "or package:NAME") from exc
         except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as exc:
-            raise UserError(f"cannot fetch {name_or_path!r} from the Hugging Face Hub ({exc}); set model.name_or_path "
+            raise UserError(f"cannot fetch {name_or_path!r} from the Hugging Face Hub ({exc}); set model.source "
                             "to a local checkpoint directory on a machine without network") from exc
         shutil.rmtree(out_dir / ".cache", ignore_errors=True)
     write_manifest(out_dir, stage="base_model", source=str(name_or_path), revision=revision)

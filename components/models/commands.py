@@ -61,7 +61,7 @@ def write_base(params, out: Path) -> dict:
         config = AutoConfig.from_pretrained(out, local_files_only=True)
         from components.models.checkpoints import read_manifest, write_manifest
 
-        write_manifest(out, **read_manifest(out), **{k: v for k, v in summary.items() if v is not None})
+        write_manifest(out, **{**read_manifest(out), **{k: v for k, v in summary.items() if v is not None}})
         return {**summary, "model_type": config.model_type, "vocab_size": len(tokenizer),
                 "parameters": parameter_count(out)}
     else:

@@ -108,7 +108,8 @@ def end_of_turn_id(tokenizer) -> int:
 
 
 def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str | None = None):
-    """Load a causal LM for generation or training: the same call for the tiny model and for Qwen.
+    """Load a causal LM for generation or training: the same call for SmolLM2 (tiny), a random
+    smoke model and Qwen.
 
     Returns the model on `device` (default: `cuda` if visible, else `cpu`) in eval mode; its generation config
     stops at `<|im_end|>`.
@@ -124,10 +125,11 @@ def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str
             dtype=torch_dtype,
             attn_implementation=attention_implementation(device, torch_dtype),
             local_files_only=local,
+            use_safetensors=True,  # weights never come from a pickle (pytorch_model.bin)
         )
     except OSError as exc:
-        raise UserError(f"cannot load a model from {source!r}: {exc}. Give a local checkpoint directory, or a "
-                        "Hub name on a machine that can reach the Hub") from exc
+        raise UserError(f"cannot load a model from {source!r}: {exc}. Give a local checkpoint directory with "
+                        "safetensors weights, or a Hub name on a machine that can reach the Hub") from exc
     tokenizer = load_tokenizer(source)
     model.generation_config.eos_token_id = end_of_turn_id(tokenizer)
     model.generation_config.pad_token_id = tokenizer.pad_token_id

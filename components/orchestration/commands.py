@@ -98,7 +98,7 @@ def _project_root() -> Path:
 
 # Prefect waits 20 s for its temporary (ephemeral) API server, whose first start migrates a fresh database: on a
 # loaded 2-core laptop that took longer, and `star run` died with "Timed out while attempting to connect to ephemeral
-# Prefect API server" (session 27). Read when prefect is imported, so it is set before the flows are.
+# Prefect API server". Read when prefect is imported, so it is set before the flows are.
 EPHEMERAL_STARTUP_TIMEOUT_S = "180"
 
 
@@ -180,16 +180,16 @@ def ui_commands(root: Path, mlflow_port: int, prefect_port: int) -> dict[str, li
 
 def show_ui(args: argparse.Namespace) -> int:
     """Print how to open the UIs, or start both servers and wait."""
-    from components.tracking import display_uri
+    from components.redact import redact_url
 
     root = _project_root()
     commands = ui_commands(root, args.mlflow_port, args.prefect_port)
     urls = {"mlflow": f"http://127.0.0.1:{args.mlflow_port}", "prefect": f"http://127.0.0.1:{args.prefect_port}"}
     if os.environ.get("MLFLOW_TRACKING_URI", "").startswith("http"):
-        print(f"MLflow server: {display_uri(os.environ['MLFLOW_TRACKING_URI'])}")
+        print(f"MLflow server: {redact_url(os.environ['MLFLOW_TRACKING_URI'])}")
         commands.pop("mlflow")
     for name, command in commands.items():
-        print(f"{name:<8} {urls[name]:<24} {shlex.join(command)}")
+        print(f"{name:<8} {urls[name]:<24} {redact_url(shlex.join(command))}")  # a store URI may hold a password
     print(f"then: export PREFECT_API_URL={urls['prefect']}/api")
     if not args.start:
         return 0

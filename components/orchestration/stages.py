@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from components.environ import snapshot as environ_snapshot
+from components.redact import redact_url
 
 TAIL_LINES = 40
 USER_ERROR_MARK = ": error: "  # how `star` prints a UserError: retrying will not fix it
@@ -77,7 +78,8 @@ def classify(stage: str, log: str) -> str:
 
 def run_stage(stage: str, root: str | Path, env: Mapping[str, str], force: bool = False,
               on_line: Callable[[str], None] | None = None, devices: tuple[str, ...] = ()) -> StageOutcome:
-    """Reproduce one stage; stream its log to `on_line`; raise StageFailed with the log tail on failure."""
+    """Reproduce one stage; stream its log to `on_line`; raise StageFailed with the log tail on failure. URL
+    passwords and tokens in the log (a traceback quoting an endpoint) are masked before they go anywhere."""
     started = time.time()
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     lines: list[str] = []
@@ -85,7 +87,7 @@ def run_stage(stage: str, root: str | Path, env: Mapping[str, str], force: bool 
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
     assert process.stdout is not None
     for line in process.stdout:
-        line = line.rstrip("\n")
+        line = redact_url(line.rstrip("\n"))
         tail.append(line)
         if len(lines) < 200:  # DVC's own status lines come first
             lines.append(line)

@@ -38,8 +38,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="trajectory JSONL from `star teach`")
     filt.add_argument("--out", default="data/sft", type=Path, help="folder for train.jsonl and eval.jsonl")
     filt.add_argument("--metrics", default="metrics/filter.json", type=Path, help="stage summary JSON")
-    filt.add_argument("--world", default="data/world", type=Path,
-                      help="world directory (read only with filter.rename_entities: its names are replaced)")
     filt.set_defaults(handler=filter_handler)
 
 
@@ -123,19 +121,6 @@ def teach_handler(args: argparse.Namespace) -> int:
     return 0
 
 
-def _renamed(records: list[dict], world_dir: Path, seed: int) -> list[dict]:
-    """Every record with fresh names (filter.rename_entities); a clear error for a world that is not synthetic."""
-    from components.synthesis.rename import Renamer, world_name_words
-
-    world = _load_world(world_dir)
-    if (world.manifest or {}).get("source", "synthetic") != "synthetic":
-        raise UserError(f"filter.rename_entities renames the coined names of a synthetic world, but {world_dir} "
-                        "was imported; set filter.rename_entities: false for real data")
-    renamer = Renamer(world_name_words(world), seed=seed, cities=world.cities,
-                      hint_cities=world.city_hints)
-    return [renamer.record(record, i) for i, record in enumerate(records)]
-
-
 def filter_handler(args: argparse.Namespace) -> int:
     """The sft_data stage."""
     from components import tracking
@@ -150,9 +135,6 @@ def filter_handler(args: argparse.Namespace) -> int:
     count, counter_name = load_counter(params)
     with tracking.stage_run("sft_data", params=params) as run:
         kept, stats = filter_trajectories(records, params, count)
-        if params.rename_entities:
-            kept = _renamed(kept, args.world, params.seed)
-        stats["renamed_entities"] = params.rename_entities
         train, evaluation = split_train_eval(kept, params.eval_fraction, params.seed)
         write_jsonl(train, args.out / "train.jsonl")
         write_jsonl(evaluation, args.out / "eval.jsonl")

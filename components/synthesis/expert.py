@@ -31,10 +31,8 @@ NIGHTS_PER_CITY = 2
 TRANSIENT_MARKER = "temporarily unavailable"
 MAX_RETRIES = 5  # transient tool failures retried per call
 CITY_ARGUMENTS = ("departure", "destination", "city")
-# The think after a slipped call: it names the slip and the exact name (the filter and the renamer read it back).
+# The think after a slipped call: it names the slip and the exact name (SLIP_PATTERN reads it back).
 SLIP_NOTE = "'{wrong}' is not a city; the exact name is {right}."
-# With ExpertConfig.trip_header, every think starts with this restatement of the query's route.
-TRIP_HEADER = "Trip: from {org} to {dest} and back."
 SLIP_PATTERN = re.compile(r"'([^'\n]+)' is not a city; the exact name is ([^.\n]+)\.")
 
 
@@ -46,13 +44,7 @@ class ExpertConfig:
     the search in time to answer within the episode's turn limit; `slip_rate` is the probability that a call with a
     city argument is first made with a slipped name (`slip_name`), so the trajectory shows the recovery: the
     environment's unknown-city error, then a think naming the exact city and the corrected call. The filter never
-    trains the slipped turn itself (components/synthesis/filter.py), only the recovery. `trip_header` starts every
-    think with TRIP_HEADER (the query's origin and destination), so a small model that cannot copy from far back
-    finds the origin in the previous turn when it plans the way home. `reading_order` fills meals and attractions
-    in the plan's reading order (day by day; breakfast, lunch, dinner) with the listings in the order the search
-    showed them, each slot taking the first row not yet used (required cuisines excepted), so every new entry of the
-    running plan copies the next row of the observation, where a small model cannot choose a row by its values.
-    With `world.listing_order: cheapest_first` the first rows are also the cheapest."""
+    trains the slipped turn itself (components/synthesis/filter.py), only the recovery."""
 
     mistake_rate: float = 0.0
     max_routes: int = 30
@@ -60,9 +52,6 @@ class ExpertConfig:
     seed: int = 0
     max_tool_calls: int = 55  # give up (and say so) before an episode's turn limit
     slip_rate: float = 0.0
-    quote_rows: bool = False
-    trip_header: bool = False
-    reading_order: bool = False
 
 
 @dataclass
@@ -198,24 +187,34 @@ def money(value: float) -> str:
     return f"${value:g}"
 
 
-def quote_note(lead: str, lines: list[str]) -> str:
-    """A note that quotes observation rows: `lead:` then each row on its own line, then a line break."""
-    return f"{lead}:\n" + "\n".join(lines) + "\n"
+FLIGHT_NUMBER = re.compile(r"Flight Number: ([^,]+),")  # a flight leg's number in a plan (`flight_leg`'s text)
+
+
+def swaps(picked: list[dict], cheapest: list[dict]) -> list[str]:
+    """What the budget repair changes, in day order, as the think states it: each flight and each stay of
+    `picked` that the plan `cheapest` (the same days with the cheapest options) replaces."""
+    out: list[str] = []
+    for before, after in zip(picked, cheapest):
+        old, new = FLIGHT_NUMBER.match(before["transportation"]), FLIGHT_NUMBER.match(after["transportation"])
+        if old and new and old.group(1) != new.group(1):
+            out.append(f"I take {new.group(1)} instead of {old.group(1)}")
+        if after["accommodation"] != before["accommodation"] and after["accommodation"] != "-":
+            name, _, city = after["accommodation"].rpartition(", ")
+            stay = f"I stay at {name} in {city} instead of {before['accommodation'].rpartition(', ')[0]}"
+            if stay not in out:
+                out.append(stay)
+    return out
 
 
 def join_notes(notes: list[str]) -> str:
-    """One think from its notes: joined by spaces, except after a note that ends its line (a quoted row)."""
-    text = ""
-    for note in notes:
-        if note:
-            text += note if not text or text.endswith("\n") else " " + note
-    return text.strip()
+    """One think from its notes, joined by spaces."""
+    return " ".join(note for note in notes if note).strip()
 
 
 # ---- the expert ----------------------------------------------------------------------------------------------
 
 class Expert:
-    """One episode's solver. `solve()` is the generator; state (observations seen, notes for the next think) lives
+    """One episode's solver. `solve()` is the generator; state (tool results cached, notes for the next think) lives
     on the instance."""
 
     def __init__(self, query: Query, config: ExpertConfig = ExpertConfig(), seed: int | None = None):
@@ -226,14 +225,8 @@ class Expert:
         self.cache: dict[tuple[str, str], list[dict]] = {}
         self.notes: list[str] = []
         self.tool_calls = 0
-        self.observations: list[str] = []  # every observation text read, latest last (quoted rows come from them)
         self.failed: dict[tuple, Failure] = {}  # leg or city -> why it failed (backtracking never retries it)
         self.solved: dict[tuple, Any] = {}  # leg or city -> its chosen options (reused by later routes)
-
-    def think(self, notes: list[str]) -> str:
-        """One think from its notes, after the trip header when the config asks for it."""
-        header = [TRIP_HEADER.format(org=self.query.org, dest=self.query.dest)] if self.config.trip_header else []
-        return join_notes([*header, *notes])
 
     # -- tool access -------------------------------------------------------------------------------------------
     def call(self, name: str, intent: str, **arguments: str) -> Generator[Action, str, list[dict]]:
@@ -246,11 +239,10 @@ class Expert:
         for _ in range(MAX_RETRIES + 1):
             if self.tool_calls >= self.config.max_tool_calls:
                 raise Failure("search", f"I have used my budget of {self.tool_calls} tool calls")
-            think = self.think([*self.notes, intent])
+            think = join_notes([*self.notes, intent])
             self.notes = []
             observation = yield Action(think=think, name=name, arguments=dict(arguments))
             self.tool_calls += 1
-            self.observations.append(observation or "")
             rows = parse_observation(name, observation or "")
             if rows or TRANSIENT_MARKER not in (observation or ""):
                 break
@@ -271,7 +263,7 @@ class Expert:
         wrong = slip_name(right)
         if wrong == right:
             return
-        think = self.think([*self.notes, intent.replace(right, wrong)])
+        think = join_notes([*self.notes, intent.replace(right, wrong)])
         self.notes = []
         observation = yield Action(think=think, name=name, arguments={**arguments, argument: wrong})
         self.tool_calls += 1
@@ -279,21 +271,6 @@ class Expert:
             self.notes.append(SLIP_NOTE.format(wrong=wrong, right=right))
         else:
             self.notes.append(f"That was {wrong}; I meant {right}.")
-
-    def row_line(self, first_cell: str) -> str | None:
-        """The latest observation line whose first tab-separated cell is `first_cell` (None when none is)."""
-        for observation in reversed(self.observations):
-            for line in observation.split("\n"):
-                if line.split("\t", 1)[0] == first_cell and "\t" in line:
-                    return line
-        return None
-
-    def quoted(self, summary: str, lead: str, first_cells: list[str]) -> str:
-        """`summary` when rows are not quoted; else `lead` followed by each picked row verbatim, one per line."""
-        lines = [self.row_line(cell) for cell in first_cells]
-        if not self.config.quote_rows or any(line is None for line in lines):
-            return summary
-        return quote_note(lead, lines)
 
     def pick(self, options: list[Any], price: Callable[[Any], float], frugal: bool) -> Any:
         """The cheapest option when frugal, else a seeded pick among the `shortlist` cheapest."""
@@ -326,27 +303,23 @@ class Expert:
         if not stays:
             raise Failure("city", f"no listing in {city} fits ({len(stays_all)} listed; room type, house rules "
                                   f"or minimum nights rule them out)", city)
-        choice = (stays[0] if self.config.reading_order
-                  else self.pick(stays, lambda r: stay_cost(r, q.people_number), frugal=False))
-        self.notes.append(self.quoted(
+        choice = self.pick(stays, lambda r: stay_cost(r, q.people_number), frugal=False)
+        self.notes.append(
             f"{len(stays)} of {len(stays_all)} listings in {city} fit; I pick {choice['NAME']} "
-            f"({money(choice['price'])}/night, {choice['room type']}, {rooms_needed(choice, q.people_number)} unit(s)).",
-            f"{len(stays)} of {len(stays_all)} listings in {city} fit; I pick", [choice["NAME"]]))
+            f"({money(choice['price'])}/night, {choice['room type']}, {rooms_needed(choice, q.people_number)} unit(s)).")
         listed = yield from self.call("SearchRestaurant", f"Next, restaurants in {city}.", city=city)
         restaurants = [{**r, "City": city} for r in listed]
         if len(restaurants) < 3:
             raise Failure("city", f"{city} has {len(restaurants)} restaurants; a full day needs 3", city)
         cheapest = sorted(restaurants, key=lambda r: r["Average Cost"])[:3]
-        self.notes.append(self.quoted(
+        self.notes.append(
             f"{len(restaurants)} restaurants in {city}; good value: "
-            + ", ".join(f"{r['Name']} ({money(r['Average Cost'])})" for r in cheapest) + ".",
-            f"{len(restaurants)} restaurants in {city}; good value", [r["Name"] for r in cheapest]))
+            + ", ".join(f"{r['Name']} ({money(r['Average Cost'])})" for r in cheapest) + ".")
         listed = yield from self.call("SearchAttraction", f"Then attractions in {city}.", city=city)
         attractions = [{**r, "City": city} for r in listed]
         if not attractions:
             raise Failure("city", f"{city} has no attraction for its full day", city)
-        self.notes.append(self.quoted(f"{len(attractions)} attractions in {city}, e.g. {attractions[0]['Name']}.",
-                                      f"{len(attractions)} attractions in {city}, e.g.", [attractions[0]["Name"]]))
+        self.notes.append(f"{len(attractions)} attractions in {city}, e.g. {attractions[0]['Name']}.")
         options = CityOptions(city, stays, restaurants, attractions)
         options.stays.sort(key=lambda r: r["NAME"] != choice["NAME"])  # the announced pick first
         return options
@@ -359,9 +332,8 @@ class Expert:
                                            departure=origin, destination=destination, date=date)
             if flights:
                 f = self.pick(flights, lambda r: r["Price"], frugal=False)
-                self.notes.append(self.quoted(
-                    f"{len(flights)} flights; I take {f['Flight Number']} ({money(f['Price'])}/person, "
-                    f"{f['DepTime']}-{f['ArrTime']}).", f"{len(flights)} flights; I take", [f["Flight Number"]]))
+                self.notes.append(f"{len(flights)} flights; I take {f['Flight Number']} ({money(f['Price'])}/person, "
+                                  f"{f['DepTime']}-{f['ArrTime']}).")
                 chosen = flight_leg(origin, destination, f, people)
                 chosen.cheapest = flight_leg(origin, destination, min(flights, key=lambda r: r["Price"]), people)
                 return chosen
@@ -375,10 +347,7 @@ class Expert:
         r = rows[0]
         label = "Self-driving" if mode == "self-driving" else "Taxi"
         cost = leg_cost(mode, r["cost"], people)
-        summary = f"{label} {origin} -> {destination}: {r['duration']}, {r['distance']}, {money(r['cost'])}."
-        observed = next((o.strip() for o in reversed(self.observations)
-                         if parse_observation("GoogleDistanceMatrix", o) == [r]), None)
-        self.notes.append(quote_note("The route", [observed]) if self.config.quote_rows and observed else summary)
+        self.notes.append(f"{label} {origin} -> {destination}: {r['duration']}, {r['distance']}, {money(r['cost'])}.")
         text = (f"{label}, from {origin} to {destination}, duration: {r['duration']}, distance: {r['distance']}, "
                 f"cost: {r['cost']}")
         return Leg(origin, destination, mode, text, cost)
@@ -417,11 +386,11 @@ class Expert:
                     calls_before = self.tool_calls
                 if self.mistake:
                     plan = self.apply_mistake(plan, route)
-                think = self.think([*self.notes, story])
+                think = join_notes([*self.notes, story])
                 self.notes = []
                 yield Action(think=think, plan=plan)
                 return Outcome(plan, cost, None, self.tool_calls, self.mistake)
-        think = self.think([*self.notes, f"I found no plan within the budget of {money(q.budget)}."])
+        think = join_notes([*self.notes, f"I found no plan within the budget of {money(q.budget)}."])
         self.notes = []
         yield Action(think=think, plan=[])
         return Outcome(None, None, reason or "no plan within budget", self.tool_calls, self.mistake, kind or "budget")
@@ -461,8 +430,11 @@ class Expert:
             return plan, cost, f"Total {money(cost)} is within the budget of {money(q.budget)}."
         plan_frugal, cost_frugal = self.assemble(layout, legs, cities, frugal=True)
         if cost_frugal <= q.budget:
+            # The thinks named the first picks; the answer's think names each one the cheaper plan replaces.
+            changes = swaps(plan, plan_frugal)
+            changes = ": " + "; ".join(changes) if changes else ""
             return plan_frugal, cost_frugal, (f"My picks cost {money(cost)} > budget {money(q.budget)}; with the "
-                                              f"cheapest options the total is {money(cost_frugal)}.")
+                                              f"cheapest options the total is {money(cost_frugal)}{changes}.")
         raise Failure("budget", f"even the cheapest {mode} plan via {' -> '.join(route)} costs {money(cost_frugal)}, "
                                 f"over the budget of {money(q.budget)}")
 
@@ -542,9 +514,6 @@ class Expert:
                 raise Failure("cuisine", f"no free meal on this route serves {cuisine}")
             slot = candidates[0][0]
             place(slot, self.pick([r for s, r in candidates if s == slot], lambda r: r["Average Cost"], frugal))
-        if self.config.reading_order:
-            self.fill_in_reading_order(slots, free_in, place, frugal)
-            return out
         for slot in [s for s in slots if s[3]]:
             free = free_in(slot[2])
             if not free:
@@ -557,31 +526,9 @@ class Expert:
                     place(slot, self.pick(free, lambda r: r["Average Cost"], frugal))
         return out
 
-    @staticmethod
-    def fill_in_reading_order(slots: list[tuple[int, str, str, bool]], free_in: Callable[[str], list[dict]],
-                              place: Callable[[tuple, dict], None], frugal: bool) -> None:
-        """`reading_order`: the open slots day by day and meal by meal (the optional travel-day meals too, unless
-        frugal), each given the first listed restaurant not yet used; a city that runs out leaves its optional
-        slots empty."""
-        meal_rank = {"breakfast": 0, "lunch": 1, "dinner": 2}
-        ordered = sorted(slots, key=lambda s: (s[0], meal_rank[s[1]]))
-        spare = {city: len(free_in(city)) - sum(1 for s in ordered if s[2] == city and s[3])
-                 for city in {s[2] for s in ordered}}
-        for slot in ordered:
-            if not slot[3]:
-                if frugal or spare[slot[2]] <= 0:
-                    continue  # optional meals only from restaurants the city's full days leave over
-                spare[slot[2]] -= 1
-            free = free_in(slot[2])
-            if not free:
-                raise Failure("city", f"{slot[2]} has too few distinct restaurants", slot[2])
-            place(slot, free[0])
-
     def assign_attractions(self, layout: list[dict], cities: dict[str, CityOptions]) -> dict[int, dict]:
-        """One attraction per full day, and one on the arrival day when the city has a spare one (`reading_order`:
-        the listings in the order shown, day by day; else a seeded shuffle, full days first)."""
-        if self.config.reading_order:
-            return self.attractions_in_reading_order(layout, cities)
+        """One attraction per full day, and one on the arrival day when the city has a spare one (a seeded shuffle,
+        full days first)."""
         out: dict[int, dict] = {}
         order = {c: self.rng.sample(o.attractions, len(o.attractions)) for c, o in cities.items()}
         for number, day in enumerate(layout, start=1):
@@ -590,25 +537,6 @@ class Expert:
         for number, day in enumerate(layout, start=1):
             if day["leg"] and day["sleep"] and order.get(day["sleep"]):
                 out[number] = order[day["sleep"]].pop(0)
-        return out
-
-    @staticmethod
-    def attractions_in_reading_order(layout: list[dict], cities: dict[str, CityOptions]) -> dict[int, dict]:
-        """Day by day, the next listed attraction: every full day gets one; an arrival day gets one only when its
-        city has more attractions than full days."""
-        full_days = {c: sum(1 for day in layout if day["full"] == c) for c in cities}
-        spare = {c: len(o.attractions) - full_days[c] for c, o in cities.items()}
-        queue = {c: list(o.attractions) for c, o in cities.items()}
-        out: dict[int, dict] = {}
-        for number, day in enumerate(layout, start=1):
-            city = day["full"] or (day["sleep"] if day["leg"] else None)
-            if not city or city not in queue or not queue[city]:
-                continue
-            if not day["full"]:
-                if spare[city] <= 0:
-                    continue
-                spare[city] -= 1
-            out[number] = queue[city].pop(0)
         return out
 
     # -- deliberate mistakes ---------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 A trajectory is kept when it ended with an answer, made no protocol error, passed the strict evaluator's final
 check, fits the token and turn limits, and is not a duplicate of one already kept. The first failed rule is the
 drop reason. Token counts come from a tokenizer when one is configured, else from a chars-per-token estimate
-(`len(text) / chars_per_token`; about 4 for English BPE vocabularies, fewer for the tiny preset's vocabulary).
+(`len(text) / chars_per_token`; about 4 for English BPE vocabularies).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from components.params import Params
 from components.travel.tools import is_argument_error
@@ -32,24 +32,6 @@ class FilterParams(Params):
     tokenizer: str | None = None  # a Hugging Face tokenizer folder; None uses the chars-per-token estimate
     eval_fraction: float = Field(0.1, ge=0, lt=1)
     seed: int = 0
-    rename_entities: bool = False  # fresh coined names per record (synthetic worlds; components/synthesis/rename.py)
-    ledger: bool = False  # every think restates the plan decided so far (components/synthesis/ledger.py)
-    ledger_route: bool = False  # the ledger opens with `Route: origin -> destination` (the base's route-round form)
-    ledger_itinerary: bool = False  # ...naming the whole trip in order, the way home included (`Route: A -> B -> A`)
-    ledger_later_legs_shown: bool = False  # a travel day after the first joins the ledger with the search showing its leg
-
-    @model_validator(mode="after")
-    def _route_opens_a_ledger(self) -> "FilterParams":
-        if self.ledger_route and not self.ledger:
-            raise ValueError("filter.ledger_route opens each think's ledger with the route, but filter.ledger is "
-                             "false: set ledger: true, or ledger_route: false")
-        if self.ledger_itinerary and not self.ledger_route:
-            raise ValueError("filter.ledger_itinerary makes the ledger's route line the whole trip, but "
-                             "filter.ledger_route is false: set ledger_route: true, or ledger_itinerary: false")
-        if self.ledger_later_legs_shown and not self.ledger:
-            raise ValueError("filter.ledger_later_legs_shown changes when a day joins the ledger, but filter.ledger is "
-                             "false: set ledger: true, or ledger_later_legs_shown: false")
-        return self
 
 
 def estimate_counter(chars_per_token: float) -> Callable[[str], int]:
@@ -121,17 +103,6 @@ def sft_record(record: dict, tokens: int) -> dict:
     return out
 
 
-def ledgered(record: dict, route: bool = False, itinerary: bool = False, later_legs_shown: bool = False) -> dict:
-    """The trajectory with the running plan in its thinks (`ledger.with_ledger`); its token ids, which no longer
-    match the text, are dropped (SFT renders the messages)."""
-    from components.synthesis.ledger import with_ledger
-
-    out = {k: v for k, v in record.items() if k not in ("prompt_ids", "response_ids", "response_mask")}
-    out["messages"] = with_ledger(record["messages"], record.get("plan"), route=route, itinerary=itinerary,
-                                  later_legs_shown=later_legs_shown)
-    return out
-
-
 def filter_trajectories(records: list[dict], params: FilterParams,
                         count: Callable[[str], int]) -> tuple[list[dict], dict]:
     """The kept SFT records and the statistics (kept/dropped by reason and by level)."""
@@ -139,9 +110,6 @@ def filter_trajectories(records: list[dict], params: FilterParams,
     dropped: Counter = Counter()
     by_level: dict[str, Counter] = {}
     for record in records:
-        if params.ledger and record.get("termination") == "answer":
-            record = ledgered(record, route=params.ledger_route, itinerary=params.ledger_itinerary,
-                              later_legs_shown=params.ledger_later_legs_shown)
         tokens = trajectory_tokens(record, count)
         reason = drop_reason(record, tokens, params)
         if reason is None:

@@ -65,7 +65,7 @@ class QueriesParams(Params):
     drive_only_fraction: float = Field(0.1, ge=0, le=1)
     # The share of one-city trips whose destination is in the origin's own state (short drives: "33 mins, 41 km").
     # None: the destination is any other city of the pool, so the share is whatever the pool gives (tiny: 3% of the
-    # training pool's destinations, 25% of the 3-state validation pool's; docs/tiny_preset.md, session 16).
+    # training pool's destinations, 25% of the 3-state validation pool's).
     same_state_fraction: float | None = Field(None, ge=0, le=1)
     min_flights_each_way: int = Field(3, ge=1)
     max_attempts_per_query: int = Field(300, ge=1)

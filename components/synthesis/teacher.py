@@ -47,9 +47,6 @@ class TeacherParams(Params):
     batch_size: int = Field(64, ge=1)  # episodes stepped in lockstep per loop call
     failure_rate: float = Field(0.0, ge=0, le=1)  # injected transient tool failures
     slip_rate: float = Field(0.0, ge=0, le=1)  # expert calls first made with a slipped city name, then recovered
-    quote_rows: bool = False  # expert picks quote their observation rows verbatim (copies, not paraphrases)
-    trip_header: bool = False  # expert thinks start with "Trip: from <origin> to <destination> and back."
-    reading_order: bool = False  # expert meals/attractions take the listed rows in order, in the plan's reading order
     limit: int | None = Field(None, ge=1)  # teach only the first `limit` queries
     limits: LimitsParams = Field(default_factory=LimitsParams)
     endpoint: EndpointParams | None = None
@@ -64,8 +61,7 @@ class TeacherParams(Params):
 
     def expert_config(self) -> ExpertConfig:
         return ExpertConfig(self.mistake_rate, self.max_routes, self.shortlist, self.seed, self.max_tool_calls,
-                            self.slip_rate, self.quote_rows, self.trip_header,
-                            self.reading_order)
+                            self.slip_rate)
 
 
 def make_policy(params: TeacherParams) -> Any:

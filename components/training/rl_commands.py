@@ -17,8 +17,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--queries", default="data/queries/rl.jsonl", type=Path)
     parser.add_argument("--eval-queries", default="data/queries/val.jsonl", type=Path,
                         help="held-out queries decoded greedily during training when rl.eval.every is set")
-    parser.add_argument("--anchor-data", default="data/sft/train.jsonl", type=Path,
-                        help="teacher trajectories (SFT records) of the supervised anchor when rl.sft_anchor.coef > 0")
     parser.add_argument("--out", default="models/rl", type=Path, help="where the final Hugging Face checkpoint goes")
     parser.add_argument("--checkpoints", default="checkpoints/rl", type=Path,
                         help="resumable checkpoints (a persist: true DVC output); a run resumes from the newest")
@@ -39,7 +37,7 @@ def rl(args: argparse.Namespace) -> int:
     params = load_section(args.params, "rl", RLParams)
     paths = RLPaths(model=args.model, world=args.world, queries=args.queries, out=args.out,
                     checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots,
-                    eval_queries=args.eval_queries, anchor_data=args.anchor_data)
+                    eval_queries=args.eval_queries)
     with tracking.stage_run("rl", params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm}) as run:
         summary = train(params, paths, log=run.log_metrics)

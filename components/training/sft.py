@@ -326,7 +326,7 @@ def accumulate_gradients(model, examples: list[SFTExample], pad_id: int, micro_b
 
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16). Without it torch emulates bf16 matmuls,
-    which measured 16x slower than float32 on an AVX2-only CPU (docs/tiny_preset.md, session 11)."""
+    which measured 16x slower than float32 on an AVX2-only CPU."""
     import torch
 
     capabilities = getattr(torch.cpu, "get_capabilities", None)

@@ -74,10 +74,6 @@ class WorldParams(Params):
     flight_price: tuple[int, int] = (60, 900)
     accommodation_price: tuple[int, int] = (40, 1200)
     restaurant_cost: tuple[int, int] = (10, 100)
-    # Row order of each city's listings and each route-day's flights, i.e. of every search result: "generated"
-    # (random, like the real database) or "cheapest_first" (the tiny preset: a 2M-parameter model can copy the rows
-    # it is shown in order, but it cannot sort them, so the expert's cheapest choices become the first rows).
-    listing_order: Literal["generated", "cheapest_first"] = "generated"
 
     @field_validator(
         "cities_per_state", "accommodations_per_city", "restaurants_per_city", "attractions_per_city",
@@ -186,11 +182,10 @@ def _listings(params: WorldParams, rng: np.random.Generator, cities: pd.DataFram
     taken = set(cities["City"]) | set(cities["State"])
     words = iter(w for w in words if w not in taken)
     accommodations, restaurants, attractions = [], [], []
-    cheapest_first = params.listing_order == "cheapest_first"
     for c, (city, state) in enumerate(zip(cities["City"], cities["State"])):
         n_acc, n_rest, n_attr = counts[c]
         stays = [_accommodation(params, rng, next(words), city) for _ in range(n_acc)]
-        accommodations += sorted(stays, key=lambda r: r["price"]) if cheapest_first else stays
+        accommodations += stays
         served = rng.choice(len(CUISINES), size=_between(rng, params.cuisines_per_city), replace=False)
         eateries = []
         for _ in range(n_rest):
@@ -202,7 +197,7 @@ def _listings(params: WorldParams, rng: np.random.Generator, cities: pd.DataFram
                 "Aggregate Rating": round(float(rng.uniform(2.5, 5.0)), 1),
                 "City": city,
             })
-        restaurants += sorted(eateries, key=lambda r: r["Average Cost"]) if cheapest_first else eateries
+        restaurants += eateries
         for _ in range(n_attr):
             word = next(words)
             lat, lon = 25 + coords[c][1] / 200, -120 + coords[c][0] / 100
@@ -307,10 +302,6 @@ def _flight_table(params: WorldParams, rng: np.random.Generator, names: list[str
     fp_low, fp_high = params.flight_price
     share = np.clip(miles / (params.map_km * 1.2 * MILES_PER_KM), 0, 1)
     price = (fp_low + (fp_high - fp_low) * (0.3 * share + 0.7 * rng.random(n))).astype(np.int64)
-    if params.listing_order == "cheapest_first":  # within each route-day, the cheapest flight first
-        order = np.lexsort((price, cell))
-        route, day, miles, elapsed, departure, price = (a[order] for a in (route, day, miles, elapsed, departure, price))
-        arrival = arrival[order]
 
     # Unique numbers: an affine permutation of [0, 10**k) (multiplier coprime to 10).
     modulus = 10**params.flight_id_digits

@@ -75,6 +75,18 @@ def test_a_dead_endpoint_fails_clearly_after_the_retries():
         policy.generate([request()])
 
 
+def test_a_dead_endpoint_error_does_not_show_the_password_in_its_url():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    policy = OpenAIChatPolicy(EndpointConfig(base_url=f"http://bob:s3cret@127.0.0.1:{port}/v1", model="m",
+                                             max_retries=0, timeout_s=0.5))
+    with pytest.raises(EndpointError) as caught:
+        policy.generate([request()])
+    assert f"http://***@127.0.0.1:{port}/v1/chat/completions did not answer" in str(caught.value)
+    assert "s3cret" not in str(caught.value)
+
+
 def test_the_api_key_comes_from_the_named_environment_variable(monkeypatch):
     monkeypatch.setenv("TEACHER_KEY", "sk-test-123")
     with FakeOpenAI(lambda body, n: (200, "ok", 0.0)) as server:

@@ -13,8 +13,6 @@ from components.travel.queries import dump_queries
 SMALL_OOD_QA = {"ood_qa": {
     "corpus": {"num_people": 30, "num_towns": 8, "num_organisations": 5},
     "questions_per_dataset": 3,
-    "pretrain": {"corpus": {"seed": 7, "num_people": 30, "num_towns": 8, "num_organisations": 5},
-                 "questions_per_kind": 4},
     "limits": {"max_turns": 3, "max_tokens_per_turn": 8},
 }}
 SMALL_VALIDATE = {"validate": {"limits": {"max_turns": 1, "max_tokens_per_turn": 8}}}
@@ -51,8 +49,9 @@ def test_the_evaluation_stages_chain_from_qa_data_to_the_report(tiny_checkpoint,
                  "--plots", str(tmp_path / "plots"), "--out", str(tmp_path / "reports")]) == 0
 
     qa_data = json.loads((metrics / "qa_data.json").read_text())
-    assert qa_data["expert_em"] == {"single_hop": 1.0, "multi_hop": 1.0} and qa_data["pretrain"]["records"] == 8
-    assert len((qa / "pretrain.jsonl").read_text().splitlines()) == 8
+    assert qa_data["expert_em"] == {"single_hop": 1.0, "multi_hop": 1.0} and qa_data["questions"] == {
+        "single_hop": 3, "multi_hop": 3}
+    assert sorted(p.name for p in qa.iterdir()) == ["corpus.jsonl", "questions"]  # no training data for QA
     sft_ood = json.loads((metrics / "ood_qa" / "sft.json").read_text())
     assert sft_ood["alignment_tax_abs"] == 0.0  # the same weights under two names: no tax
     assert "alignment_tax_abs" not in json.loads((metrics / "ood_qa" / "base.json").read_text())

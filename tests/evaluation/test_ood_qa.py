@@ -59,7 +59,7 @@ def test_a_missing_dataset_file_says_how_to_build_it(tmp_path: Path):
 
 def test_a_checkpoint_is_scored_per_dataset_with_its_tax_against_base(tiny_checkpoint, tmp_path: Path):
     params = OODQAParams(corpus={"num_people": 30, "num_towns": 8, "num_organisations": 5},
-                         questions_per_dataset=3, pretrain={"questions_per_kind": 2},
+                         questions_per_dataset=3,
                          limits={"max_turns": 2, "max_tokens_per_turn": 12}, decoding={"temperature": 0.0})
     ood_qa.build_qa_data(params, tmp_path / "qa")
     records: list[dict] = []

@@ -89,3 +89,11 @@ def test_http_retriever_failure_says_how_to_fix_it():
         transport=httpx.MockTransport(lambda request: httpx.Response(503, text="loading index"))))
     with pytest.raises(UserError, match="retriever.kind: bm25"):
         retriever.search("Nikrom")
+
+
+def test_http_retriever_failure_does_not_show_the_token_in_its_url():
+    retriever = HTTPRetriever("http://retriever/retrieve?token=abc123", client=httpx.Client(
+        transport=httpx.MockTransport(lambda request: httpx.Response(401, text="bad token"))))
+    with pytest.raises(UserError, match=r"retrieve\?token=\*\*\*") as caught:
+        retriever.search("Nikrom")
+    assert "abc123" not in str(caught.value)

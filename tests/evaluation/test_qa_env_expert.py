@@ -1,7 +1,6 @@
 """The QA episode and the QA expert, through the shared agent loop."""
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -10,7 +9,6 @@ from components.evaluation.ood_qa import evaluate_policy
 from components.evaluation.qa.corpus import build_encyclopedia
 from components.evaluation.qa.env import QAEnv
 from components.evaluation.qa.expert import QAExpertPolicy, plan_question
-from components.evaluation.qa.pretrain import pretrain_records
 from components.evaluation.qa.retriever import BM25Retriever
 from components.evaluation.qa.rollout import run_qa
 
@@ -66,16 +64,3 @@ def test_the_env_reports_tool_errors_and_protocol_errors_without_ending_the_epis
     assert empty.info["tool_error"] and 'non-empty string argument "query"' in empty.observation
     assert broken.info["kind"] == "protocol_error" and broken.observation.startswith("<tool_response>")
     assert answered.done and answered.info["answer"] == "Nikrom"
-
-
-def test_pretrain_records_train_only_on_assistant_turns_of_successful_episodes(book, retriever):
-    questions = book.questions["single_hop"][:3]
-    trajectories = run_qa(questions, retriever, QAExpertPolicy(), Limits(max_turns=4), progress=False)
-    trajectories[1]["evaluation"] = {"em": 0.0, "f1": 0.0}  # pretend one failed
-
-    records = pretrain_records(trajectories)
-
-    assert [r["id"] for r in records] == [questions[0]["id"], questions[2]["id"]]
-    roles = [(m["role"], m["train"]) for m in records[0]["messages"]]
-    assert roles == [("system", False), ("user", False), ("assistant", True), ("user", False), ("assistant", True)]
-    json.dumps(records)  # JSON-serialisable as written to data/qa/pretrain.jsonl

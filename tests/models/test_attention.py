@@ -7,11 +7,11 @@ import torch
 from components.models.attention import CPU_DECODE_ATTENTION, causal_mask, register_cpu_decode_attention
 
 
-def gqa_model(tiny_tokenizer, attention: str, kv_heads: int = 2):
-    from components.models.factory import build_tiny_model
+def gqa_model(tokenizer, attention: str, kv_heads: int = 2):
+    from components.models.factory import small_llama
 
-    model = build_tiny_model(tiny_tokenizer, seed=3, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=kv_heads,
-                             intermediate_size=96)
+    model = small_llama(tokenizer, seed=3, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=kv_heads,
+                        intermediate_size=96)
     model.set_attn_implementation(attention)
     return model.eval()
 

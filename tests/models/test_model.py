@@ -1,4 +1,4 @@
-"""The tiny Qwen2 model and the one loading path shared with real checkpoints."""
+"""Small random models over SmolLM2's vocabulary and the one loading path shared with real checkpoints."""
 from __future__ import annotations
 
 import pytest
@@ -7,21 +7,31 @@ import torch
 from components.errors import UserError
 
 
-def test_tiny_model_is_a_few_million_parameters_of_qwen2(tiny_tokenizer):
-    from components.models.factory import build_tiny_model, count_parameters
+def test_small_llama_is_smollm2s_architecture_over_its_vocabulary(smol_tokenizer):
+    from components.models.factory import count_parameters, small_llama
 
-    model = build_tiny_model(tiny_tokenizer, hidden_size=192, num_layers=3, num_heads=6, num_kv_heads=2)
-    assert model.config.model_type == "qwen2"
-    assert model.config.vocab_size == len(tiny_tokenizer)
-    assert model.config.eos_token_id == tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert 1_000_000 < count_parameters(model) < 5_000_000
+    hidden, layers, kv_dim, mlp = 64, 3, 2 * 16, 96  # 4 heads of 16, 2 of them for keys and values
+    model = small_llama(smol_tokenizer, hidden_size=hidden, num_layers=layers, num_heads=4, num_kv_heads=2,
+                        intermediate_size=mlp)
+    assert model.config.model_type == "llama" and model.config.num_hidden_layers == layers
+    assert model.config.vocab_size == len(smol_tokenizer) == 49_152
+    end_of_turn = smol_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert model.config.eos_token_id == model.generation_config.eos_token_id == end_of_turn
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # tied, as in SmolLM2
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv_dim + 3 * hidden * mlp + 2 * hidden  # attention, MLP, norms
+    assert count_parameters(model) == 49_152 * hidden + layers * per_layer + hidden  # the tied matrix counted once
 
 
-def test_heads_must_divide_the_hidden_size(tiny_tokenizer):
-    from components.models.factory import build_tiny_model
+def test_random_model_overrides_a_copy_of_the_config_and_refuses_unknown_fields(tiny_model):
+    from components.models.factory import random_model
 
-    with pytest.raises(ValueError, match="divisible"):
-        build_tiny_model(tiny_tokenizer, hidden_size=100, num_heads=6)
+    shallow = random_model(tiny_model.config, seed=1, num_hidden_layers=1)
+    assert shallow.config.num_hidden_layers == 1 and tiny_model.config.num_hidden_layers == 2
+    assert shallow.config.hidden_size == tiny_model.config.hidden_size and shallow.dtype == torch.float32
+    again = random_model(tiny_model.config, seed=1, num_hidden_layers=1)
+    assert torch.equal(shallow.model.embed_tokens.weight, again.model.embed_tokens.weight)  # seeded
+    with pytest.raises(ValueError, match="has no field 'num_layers'"):
+        random_model(tiny_model.config, num_layers=1)
 
 
 def test_saved_checkpoint_reloads_through_load_policy_model(tiny_model, tiny_tokenizer, tmp_path):

@@ -21,9 +21,9 @@ def test_the_project_graph_has_every_stage_in_dependency_order():
     for node in nodes:
         assert all(names.index(dep) < names.index(node.name) for dep in node.upstream), node
     by_name = {n.name: n for n in nodes}
-    assert by_name["rl"].upstream == ("queries", "sft", "sft_data", "world")  # sft_data: the anchor's records
-    assert {n.name for n in nodes if n.gpus} == {"base_model", "sft", "rl", "validate@base", "validate@sft",
-                                                  "validate@rl", "ood_qa_base", "ood_qa@sft", "ood_qa@rl"}
+    assert by_name["rl"].upstream == ("queries", "sft", "world")
+    assert {n.name for n in nodes if n.gpus} == {"sft", "rl", "validate@base", "validate@sft", "validate@rl",
+                                                  "ood_qa_base", "ood_qa@sft", "ood_qa@rl"}
     assert set(by_name["report"].upstream) >= {"rl", "validate@rl", "ood_qa@rl", "queries"}
     assert "ood_qa_base" in by_name["ood_qa@sft"].upstream  # the alignment tax needs the base score first
 

@@ -1,6 +1,7 @@
 """Presets: overlays keyed by family, deep-merged into params/ with comments kept."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -117,9 +118,10 @@ def test_switching_back_to_tiny_restores_every_value_of_the_params_files(name, t
 
 def test_smoke_shrinks_every_step_budget_of_the_tiny_pipeline():
     tiny, smoke = (leaves(yaml.safe_load((PRESETS / f"{n}.yaml").read_text())) for n in ("tiny", "smoke"))
-    budgets = ("model.pretrain_copy.warmup_max_steps", "model.pretrain.max_steps", "sft.max_steps", "rl.max_steps",
-               "queries.sizes.sft", "queries.sizes.rl", "queries.sizes.val", "ood_qa.questions_per_dataset")
+    budgets = ("sft.max_steps", "rl.max_steps", "queries.sizes.sft", "queries.sizes.rl", "queries.sizes.val",
+               "ood_qa.questions_per_dataset")
     assert all(smoke[key] * 8 <= tiny[key] for key in budgets), {k: (tiny[k], smoke[k]) for k in budgets}
+    assert (tiny["model.kind"], smoke["model.kind"]) == ("pretrained", "random")  # smoke: SmolLM2's shape, 2 layers
 
 
 def test_tiny_is_the_current_params_defaults(tmp_path):
@@ -132,7 +134,7 @@ def test_tiny_is_the_current_params_defaults(tmp_path):
 def test_check_params_names_the_file_and_the_bad_key(tmp_path):
     shutil.copytree(REPO / "params", tmp_path / "params")
     rl = tmp_path / "params" / "sft.yaml"
-    rl.write_text(rl.read_text().replace("epochs: 3", "epochs: three"))
+    rl.write_text(re.sub(r"^(\s+epochs:) \S+", r"\1 three", rl.read_text(), count=1, flags=re.M))
     problems = check_params(tmp_path / "params")
     assert len(problems) == 1
     assert "sft.yaml" in problems[0] and "sft.epochs" in problems[0]

@@ -33,6 +33,16 @@ def test_a_stage_with_a_bad_param_fails_with_the_file_and_key_in_the_message(tmp
     assert not failure.value.transient
 
 
+def test_a_stage_log_never_shows_a_url_password_it_printed(tmp_path):
+    root = make_sample_project(tmp_path / "p")
+    (root / "params" / "prepare.yaml").write_text("prepare:\n  n: http://bob:s3cret@llm.example.com/v1\n")
+    lines = []
+    with pytest.raises(StageFailed) as failure:
+        run_stage("prepare", root, {}, on_line=lines.append)
+    assert "got 'http://***@llm.example.com/v1'" in str(failure.value)
+    assert "s3cret" not in str(failure.value) + "\n".join(lines)
+
+
 def test_run_stage_reports_ran_then_unchanged(tmp_path):
     root = make_sample_project(tmp_path / "p")
     lines = []

@@ -42,8 +42,18 @@ def test_redact_hides_secret_keys_env_secret_values_and_url_passwords():
                              "teacher.base_url": "https://user:pw@llm.example.com/v1", "epochs": 6,
                              "max_new_tokens": 512, "teacher.api_key_env": "OPENAI_API_KEY"}, environ)
     assert clean == {"teacher.api_key": "***", "teacher.note": "uses *** today",
-                     "teacher.base_url": "https://llm.example.com/v1", "epochs": "6", "max_new_tokens": "512",
+                     "teacher.base_url": "https://***@llm.example.com/v1", "epochs": "6", "max_new_tokens": "512",
                      "teacher.api_key_env": "***"}
+
+
+def test_params_logged_to_mlflow_hide_url_passwords_and_tokens_wherever_they_sit():
+    params = {"ood_qa": {"retriever": {"url": "http://retriever:8000/retrieve?token=tok-123&topk=3"}},
+              "teacher": {"endpoint": {"base_url": "http://bob:s3cret@llm:8000/v1"}},
+              "notes": ["see http://alice:pw-456@llm/v1"]}
+    clean = tracking.redact(tracking.flatten(params), environ={})
+    assert clean == {"ood_qa.retriever.url": "http://retriever:8000/retrieve?token=***&topk=3",
+                     "teacher.endpoint.base_url": "http://***@llm:8000/v1",
+                     "notes": '["see http://***@llm/v1"]'}
 
 
 def test_repo_root_maps_a_dvc_temp_experiment_copy_back_to_the_project(tmp_path, monkeypatch):

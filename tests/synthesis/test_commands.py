@@ -1,5 +1,6 @@
 """`star queries` -> `star teach` -> `star filter` on the tiny world: the three stages' files and metrics."""
 import json
+import socket
 
 from components.cli import main
 
@@ -44,33 +45,29 @@ def test_a_missing_input_is_a_clear_user_error(tmp_path, capsys):
     assert code == 2 and "run `star teach`" in capsys.readouterr().err
 
 
-def test_filter_renames_entities_of_a_synthetic_world_and_refuses_an_imported_one(tiny_world_dir, tmp_path,
-                                                                                   monkeypatch, capsys):
-    import shutil
+def test_star_teach_never_shows_the_endpoint_password_in_its_output_or_in_mlflow(tiny_world_dir, tiny_splits,
+                                                                                   tmp_path, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("STAR_EXPERIMENT", "redaction-test")
     monkeypatch.delenv("STAR_PARENT_RUN_ID", raising=False)
-    (tmp_path / "queries.yaml").write_text("queries:\n  sizes: {sft: 6, rl: 0, val: 0}\n  seed: 5\n")
-    (tmp_path / "filter.yaml").write_text("filter:\n  eval_fraction: 0.0\n  rename_entities: true\n")
-    (tmp_path / "teacher.yaml").write_text("teacher:\n  mistake_rate: 0.0\n")
-    assert main(["queries", "--params", str(tmp_path / "queries.yaml"), "--world", str(tiny_world_dir),
-                 "--out", str(tmp_path / "queries"), "--metrics", str(tmp_path / "q.json")]) == 0
-    assert main(["teach", "--params", str(tmp_path / "teacher.yaml"), "--world", str(tiny_world_dir),
-                 "--queries", str(tmp_path / "queries" / "sft.jsonl"), "--out", str(tmp_path / "traj.jsonl"),
-                 "--metrics", str(tmp_path / "t.json")]) == 0
-    assert main(["filter", "--params", str(tmp_path / "filter.yaml"), "--in", str(tmp_path / "traj.jsonl"),
-                 "--world", str(tiny_world_dir), "--out", str(tmp_path / "sft"),
-                 "--metrics", str(tmp_path / "f.json")]) == 0
-    assert json.loads((tmp_path / "f.json").read_text())["renamed_entities"] is True
-    trained = (tmp_path / "sft" / "train.jsonl").read_text()
-    for line in (tmp_path / "queries" / "sft.jsonl").read_text().splitlines():
-        query = json.loads(line)
-        assert query["org"] not in trained and query["dest"] not in trained
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "teacher.yaml").write_text(
+        f"teacher:\n  kind: endpoint\n  endpoint: {{base_url: 'http://bob:s3cret@127.0.0.1:{port}/v1', "
+        "model: teacher, max_retries: 0, timeout_s: 0.5}\n")
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps(q.to_dict()) + "\n" for q in tiny_splits[0]["sft"][:2]))
 
-    imported = tmp_path / "imported"
-    shutil.copytree(tiny_world_dir, imported)
-    manifest = json.loads((imported / "manifest.json").read_text())
-    (imported / "manifest.json").write_text(json.dumps({**manifest, "source": "../shared/data/travelplanner"}))
-    code = main(["filter", "--params", str(tmp_path / "filter.yaml"), "--in", str(tmp_path / "traj.jsonl"),
-                 "--world", str(imported), "--out", str(tmp_path / "sft2")])
-    assert code == 2 and "rename_entities: false" in capsys.readouterr().err
+    code = main(["teach", "--params", str(tmp_path / "teacher.yaml"), "--world", str(tiny_world_dir),
+                 "--queries", str(queries), "--out", str(tmp_path / "traj.jsonl"),
+                 "--metrics", str(tmp_path / "teacher.json")])
+    printed = capsys.readouterr()
+    assert code == 2 and f"http://***@127.0.0.1:{port}/v1" in printed.err
+    assert "s3cret" not in printed.out + printed.err
+    client = MlflowClient(tracking_uri=uri)
+    [run] = client.search_runs([client.get_experiment_by_name("redaction-test").experiment_id])
+    assert run.data.params["endpoint.base_url"] == f"http://***@127.0.0.1:{port}/v1"

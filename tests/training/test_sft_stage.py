@@ -31,10 +31,12 @@ def write_jsonl(path, records):
 
 
 @pytest.mark.slow
-def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path, monkeypatch):
+def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(small_model_factory, smol_tokenizer, tmp_path,
+                                                                      monkeypatch):
     from mlflow.tracking import MlflowClient
 
     from components.cli import main
+    from components.models.checkpoints import save_checkpoint
     from components.models.loading import load_policy_model
 
     monkeypatch.chdir(tmp_path)
@@ -43,45 +45,36 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(tmp_path,
     monkeypatch.delenv("STAR_PARENT_RUN_ID", raising=False)
     write_jsonl(tmp_path / "data/sft/train.jsonl", [chat_record(i) for i in range(24)])
     write_jsonl(tmp_path / "data/sft/eval.jsonl", [chat_record(i) for i in range(24, 28)])
-    write_jsonl(tmp_path / "data/qa/pretrain.jsonl", [chat_record(i) for i in range(100, 120)])
+    # A small random Llama with SmolLM2's tokenizer stands in for the pretrained checkpoint (the stage snapshots a
+    # local checkpoint directory as it would the converted GGUF or a Hub download).
+    save_checkpoint(small_model_factory(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                        intermediate_size=64), smol_tokenizer, tmp_path / "pretrained")
     (tmp_path / "params").mkdir()
-    (tmp_path / "params/model.yaml").write_text(
-        "model:\n  tokenizer: {vocab_size: 400}\n"
-        "  architecture: {hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}\n"
-        "  pretrain: {max_steps: 5, batch_size: 4, cpu_threads: 1}\n")
+    (tmp_path / "params/model.yaml").write_text(f"model:\n  kind: pretrained\n  source: {tmp_path / 'pretrained'}\n")
     (tmp_path / "params/sft.yaml").write_text(
-        "sft:\n  max_steps: 10\n  batch_size: 4\n  learning_rate: 0.005\n  eval_every: 5\n  cpu_threads: 1\n"
-        "  copy_replay: {records: 6, rounds: [1, 2], items: [2, 3], seed: 3}\n")
+        "sft:\n  max_steps: 10\n  batch_size: 4\n  learning_rate: 0.01\n  eval_every: 5\n  cpu_threads: 1\n")
 
-    assert main(["base-model", "--params", "params/model.yaml", "--corpus", "data/sft", "--qa", "data/qa",
-                 "--out", "models/base"]) == 0
+    assert main(["base-model", "--params", "params/model.yaml", "--out", "models/base"]) == 0
     assert main(["sft", "--params", "params/sft.yaml", "--model", "models/base", "--data", "data/sft",
                  "--out", "models/sft"]) == 0
 
+    base = json.loads((tmp_path / "metrics/base_model.json").read_text())
+    assert base["kind"] == "pretrained" and base["model_type"] == "llama" and base["vocab_size"] == len(smol_tokenizer)
     metrics = json.loads((tmp_path / "metrics/sft.json").read_text())
-    # The six copy-replay records train beside the 24 SFT records; the eval set stays the SFT's own.
-    assert metrics["steps"] == 10 and metrics["train_examples"] == 30 and metrics["eval_examples"] == 4
-    assert metrics["train_records"] == 24 and metrics["copy_replay_examples"] == 6
-    assert set(metrics["copy_replay_probe"]) <= {"sequential", "lookup_key", "lookup_value", "route", "fact", "recap"}
-    assert all(0 <= value <= 1 for value in metrics["copy_replay_probe"].values())
+    assert metrics["steps"] == 10 and metrics["train_examples"] == 24 and metrics["eval_examples"] == 4
+    assert metrics["train_records"] == 24 and metrics["dropped_overlong_or_empty"] == 0
     assert metrics["final_eval_loss"] < metrics["initial_eval_loss"]
-    # each held-out record copies its listing's name twice (think and answer): 4 records, 8 names
-    names = metrics["name_copy_accuracy"]
-    assert names["records"] == 4 and names["names"] == 8 and names["first"]["tokens"] == 8
-    assert 0 <= names["whole"]["accuracy"] <= names["first"]["accuracy"] <= 1
-    assert names["lookup"]["names"] == 4  # the think's copy of each is the look-up; the answer's copies the think
     rows = list(csv.DictReader((tmp_path / "plots/sft/loss.csv").open()))
     assert [int(r["step"]) for r in rows] == list(range(1, 11))
-    assert json.loads((tmp_path / "metrics/base_model.json").read_text())["pretrain"]["steps"] == 5
-    load_policy_model(tmp_path / "models/sft", device="cpu")
+    model = load_policy_model(tmp_path / "models/sft", device="cpu")
+    assert model.config.model_type == "llama" and model.config.hidden_size == 32
 
     client = MlflowClient()
     experiment = client.get_experiment_by_name("test-sft-stage")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(runs) == {"base_model", "sft"}
+    assert runs["base_model"].data.metrics["vocab_size"] == len(smol_tokenizer)
     history = client.get_metric_history(runs["sft"].info.run_id, "train_loss")
     assert [m.step for m in history] == list(range(1, 11))
-    logged = runs["sft"].data.metrics
-    assert logged["name_copy.whole"] == names["whole"]["accuracy"] and "name_copy.last_word" in logged
-    assert logged["name_copy.lookup.first"] == names["lookup"]["first"]["accuracy"]
+    assert runs["sft"].data.metrics["summary.train_examples"] == 24
     assert client.get_registered_model("star-sft").aliases == {"candidate": 1}

@@ -229,3 +229,20 @@ def test_name_matches_are_cached_beside_the_world_not_on_it(world):
         ["Quiet Room", "Quiet Room Annex"]
     assert [row["NAME"] for row in lookup.strict("accommodation", "quiet  room", "Springfield")] == ["Quiet Room"]
     assert vars(world) == before
+
+
+def test_repeated_places_lists_every_naming_after_the_first_in_day_order():
+    """What the strict restaurants and attractions checks fail on: a place named again, in any case."""
+    from components.travel.evaluator import RepeatedPlace, repeated_places
+
+    def day(n, breakfast="-", lunch="-", dinner="-", attraction="-"):
+        return {"days": n, "current_city": "Brimo", "transportation": "-", "breakfast": breakfast,
+                "attraction": attraction, "lunch": lunch, "dinner": dinner, "accommodation": "Venzorash Loft, Brimo"}
+
+    days = [day(1, lunch="Quizor Grill, Brimo", attraction="Ronor Lake, Brimo;"),
+            day(2, breakfast="Bana Kitchen, Brimo", lunch="quizor grill, brimo", dinner="Quizor Grill, Brimo",
+                attraction="Rotor Gallery, Brimo;Ronor Lake, Brimo;")]
+    assert repeated_places(days) == [RepeatedPlace(1, "lunch", "quizor grill, brimo"),
+                                     RepeatedPlace(1, "dinner", "Quizor Grill, Brimo"),
+                                     RepeatedPlace(1, "attraction", "Ronor Lake, Brimo")]
+    assert repeated_places([day(1, lunch="Quizor Grill, Brimo", dinner="Bana Kitchen, Brimo")]) == []

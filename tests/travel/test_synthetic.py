@@ -22,31 +22,6 @@ def test_the_same_seed_gives_the_same_world_and_another_seed_another():
     assert not a["cities"].equals(c["cities"])
 
 
-def test_cheapest_first_reorders_the_same_rows_so_every_search_lists_the_cheapest_first(tmp_path):
-    from components.travel.synthetic import write_synthetic_world
-
-    generated, _ = synthesize_world(tiny_world_params())
-    cheapest, _ = synthesize_world(tiny_world_params(listing_order="cheapest_first"))
-    def rows(tables, table):  # the rows as a multiset; flight numbers are assigned in row order, so left out
-        return sorted(str({k: v for k, v in row.items() if k != "Flight Number"}) for row in tables[table].to_pylist())
-
-    for table in ("accommodations", "restaurants", "flights"):
-        assert rows(cheapest, table) == rows(generated, table)
-    write_synthetic_world(tiny_world_params(listing_order="cheapest_first"), tmp_path / "cheapest")
-    write_synthetic_world(tiny_world_params(), tmp_path / "generated")
-    world = World.load(tmp_path / "cheapest")
-    for city in world.cities:
-        assert [r["price"] for r in world.accommodations_in(city)] == sorted(r["price"] for r in world.accommodations_in(city))
-        costs = [r["Average Cost"] for r in world.restaurants_in(city)]
-        assert costs == sorted(costs)
-    some_day = [world.flights_on(a, b, d) for a, b in itertools.permutations(world.cities[:8], 2) for d in world.dates]
-    assert all([f["Price"] for f in day] == sorted(f["Price"] for f in day) for day in some_day)
-    assert any(len(day) > 1 for day in some_day)
-    unsorted = World.load(tmp_path / "generated")
-    assert any([r["Average Cost"] for r in unsorted.restaurants_in(c)] != sorted(r["Average Cost"] for r in unsorted.restaurants_in(c))
-               for c in unsorted.cities)  # the default keeps the generated (database-like) order
-
-
 def test_the_tiny_world_is_small_with_short_flight_ids(tiny_world):
     assert len(tiny_world.states) == 6 and len(tiny_world.cities) == 24
     assert all(len(tiny_world.cities_in(s)) >= 3 for s in tiny_world.states)

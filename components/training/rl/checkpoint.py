@@ -2,12 +2,17 @@
 
 Layout under `--checkpoints` (a DVC `persist: true` output, so it survives `dvc repro` deleting the outputs):
 
-    step-00000005/   model + tokenizer (save_pretrained), optimizer.pt, rng.pt, state.json
+    step-00000005/   model + tokenizer (save_pretrained), optimizer.{json,safetensors}, rng.{json,safetensors},
+                     state.json
 
 A checkpoint is written into a temporary sibling directory and renamed into place, and `state.json` is the last
 file written: a directory named `step-N` is therefore always complete, and a run killed mid-write leaves only a
 `.tmp-*` directory that the next run removes. `state.json` also holds the rows of plots/rl/rewards.csv up to that
 step, so a resumed run can rewrite the plot file (which `dvc repro` deletes) without losing or repeating a step.
+
+Optimizer and RNG states are stored as safetensors (their tensors) plus JSON (everything else), never as pickles:
+loading a pickle runs whatever code the file names, and checkpoint folders get copied between machines and runs. A
+file that is not what we wrote is refused with a UserError, not executed.
 """
 from __future__ import annotations
 
@@ -20,9 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.errors import UserError
+
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 STATE_FILE = "state.json"
-RNG_FILE = "rng.pt"
+RNG_STATE = "rng"  # rng.json + rng.safetensors
+TREE_FORMAT = "star-state-tree/1"
 
 
 @dataclass
@@ -68,11 +76,13 @@ def remove_partial(root: str | Path) -> list[Path]:
 
 
 def capture_rng() -> dict[str, Any]:
-    """Python, NumPy and torch (CPU and CUDA) generator states."""
+    """Python, NumPy and torch (CPU and CUDA) generator states, as tensors and plain values (see `save_tree`)."""
     import numpy as np
     import torch
 
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    name, key, pos, has_gauss, gauss = np.random.get_state()
+    states = {"python": random.getstate(), "numpy": (name, key.tolist(), int(pos), int(has_gauss), float(gauss)),
+              "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -84,10 +94,102 @@ def restore_rng(states: dict[str, Any]) -> None:
     import torch
 
     random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
+    name, key, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, gauss))
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def split_tensors(tree: Any) -> tuple[Any, dict[str, Any]]:
+    """A JSON-ready skeleton of `tree` and its tensors by name: each tensor becomes {"tensor": name}, each tuple
+    {"tuple": [...]} and each dict {"dict": [[key, value], ...]} (so int keys and tuples survive JSON)."""
+    import torch
+
+    tensors: dict[str, Any] = {}
+
+    def encode(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            name = f"t{len(tensors)}"
+            tensors[name] = value.detach().to("cpu", copy=True).contiguous()
+            return {"tensor": name}
+        if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, (str, int)):
+                    raise TypeError(f"cannot store the dict key {key!r} in a checkpoint: only str and int keys")
+            return {"dict": [[key, encode(item)] for key, item in value.items()]}
+        if isinstance(value, tuple):
+            return {"tuple": [encode(item) for item in value]}
+        if isinstance(value, list):
+            return [encode(item) for item in value]
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"cannot store a {type(value).__name__} in a checkpoint: only tensors, numbers, strings, "
+                        "None, lists, tuples and dicts")
+
+    return encode(tree), tensors
+
+
+def join_tensors(skeleton: Any, tensors: dict[str, Any]) -> Any:
+    """The tree `split_tensors` took apart; ValueError or KeyError for a skeleton it did not write."""
+
+    def decode(node: Any) -> Any:
+        if isinstance(node, list):
+            return [decode(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if len(node) != 1:
+            raise ValueError(f"unexpected entry {str(node)[:80]}")
+        (tag, body), = node.items()
+        if tag == "tensor":
+            return tensors[body]
+        if tag == "tuple":
+            return tuple(decode(item) for item in body)
+        if tag == "dict":
+            return {key: decode(item) for key, item in body}
+        raise ValueError(f"unexpected entry {tag!r}")
+
+    return decode(skeleton)
+
+
+def refused(checkpoint: Path, problem: str) -> UserError:
+    """The error for a checkpoint file we will not load, saying how to get going again."""
+    return UserError(f"checkpoint {checkpoint}: {problem}. Delete {checkpoint} to resume from the checkpoint before "
+                     f"it, or the whole {checkpoint.parent} folder to start over")
+
+
+def save_tree(directory: str | Path, stem: str, tree: Any) -> None:
+    """Write `tree` (tensors in nested dicts, lists and tuples of plain values) as `<stem>.safetensors` (the
+    tensors) and `<stem>.json` (the rest): formats that hold data only, unlike a pickle."""
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    skeleton, tensors = split_tensors(tree)
+    save_file(tensors, directory / f"{stem}.safetensors")
+    (directory / f"{stem}.json").write_text(json.dumps({"format": TREE_FORMAT, "tree": skeleton}) + "\n")
+
+
+def load_tree(directory: str | Path, stem: str) -> Any:
+    """What `save_tree(directory, stem, tree)` wrote (tensors on CPU); a UserError for anything else."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    directory = Path(directory)
+    skeleton_file, tensor_file = directory / f"{stem}.json", directory / f"{stem}.safetensors"
+    missing = [path.name for path in (skeleton_file, tensor_file) if not path.is_file()]
+    if missing and (directory / f"{stem}.pt").exists():
+        raise refused(directory, f"{stem}.pt is a pickle from an older version of the pipeline, and pickles are not "
+                                 "loaded (unpickling a file runs whatever code it names)")
+    if missing:
+        raise refused(directory, f"{' and '.join(missing)} missing")
+    try:
+        data = json.loads(skeleton_file.read_text(encoding="utf-8"))
+        if not isinstance(data, dict) or data.get("format") != TREE_FORMAT:
+            raise ValueError(f"not a {TREE_FORMAT} file")
+        return join_tensors(data["tree"], load_file(tensor_file))
+    except (ValueError, KeyError, TypeError, SafetensorError) as exc:
+        raise refused(directory, f"{skeleton_file.name} / {tensor_file.name} are not the {stem} state this pipeline "
+                                 f"writes ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
 def write_json_atomic(path: str | Path, data: Any) -> None:
@@ -103,8 +205,6 @@ def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimi
 
     `save_model(dir)` writes the weights and tokenizer; `save_optimizer(dir)` the optimizer/scheduler state.
     """
-    import torch
-
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / step_dir_name(state.step)
@@ -113,7 +213,7 @@ def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimi
     tmp.mkdir()
     save_model(tmp)
     save_optimizer(tmp)
-    torch.save(capture_rng(), tmp / RNG_FILE)
+    save_tree(tmp, RNG_STATE, capture_rng())
     write_json_atomic(tmp / STATE_FILE, {"step": state.step, "cursor": state.cursor, "history": state.history,
                                          "extra": state.extra})
     if final.exists():  # the same step saved again (a resumed run that redid it): replace it
@@ -126,12 +226,16 @@ def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimi
 
 def load_state(checkpoint: str | Path) -> TrainState:
     """The TrainState of a checkpoint directory (RNG states are restored separately, see `restore_checkpoint_rng`)."""
-    data = json.loads((Path(checkpoint) / STATE_FILE).read_text())
-    return TrainState(step=data["step"], cursor=data.get("cursor", {}), history=data.get("history", []),
-                      extra=data.get("extra", {}))
+    checkpoint = Path(checkpoint)
+    try:
+        data = json.loads((checkpoint / STATE_FILE).read_text(encoding="utf-8"))
+        return TrainState(step=int(data["step"]), cursor=data.get("cursor", {}), history=data.get("history", []),
+                          extra=data.get("extra", {}))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise refused(checkpoint, f"{STATE_FILE} is not the JSON this pipeline writes ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})") from None
 
 
 def restore_checkpoint_rng(checkpoint: str | Path) -> None:
-    import torch
-
-    restore_rng(torch.load(Path(checkpoint) / RNG_FILE, weights_only=False))
+    """Put back the generator states saved with the checkpoint."""
+    restore_rng(load_tree(checkpoint, RNG_STATE))

@@ -103,13 +103,6 @@ class RolloutEngine:
                                     evaluate=self.evaluate, progress=False)
         return [records[i * n:(i + 1) * n] for i in range(len(queries))]
 
-    def greedy(self, queries) -> list[dict]:
-        """One finished trajectory record per query from the policy's greedy twin (`rl.greedy_probes`), after the
-        step's samples: their environments and sampled tokens are the same with or without the probes."""
-        episodes = [self.episode(q) for q in queries]
-        return loop.run_episodes(episodes, greedy_policy(self.policy), self.limits, tokenizer=self.tokenizer,
-                                 evaluate=self.evaluate, progress=False)
-
     # ---- ARPO: the BranchingEngine protocol -----------------------------------------------------------------
     def start(self, query, n: int) -> list[BranchableEpisode]:
         """n fresh episodes of `query` (one that cannot take a single turn is finished at once)."""

@@ -94,23 +94,12 @@ class EnvParams(Params):
 class EvalParams(Params):
     """Greedy decoding on held-out queries during training (verl's `test_freq`), scored like the validate stage.
 
-    The sampled reward curve and greedy validation can part ways (docs/tiny_preset.md, session 38), so this logs the
-    validation metrics at step 0 (the start model), every `every` steps, and at the last step. Off when `every` is
-    null. Logging only: nothing is selected by these numbers."""
+    The sampled reward curve and greedy validation can part ways, so this logs the validation metrics at step 0 (the
+    start model), every `every` steps, and at the last step. Off when `every` is null. Logging only: nothing is
+    selected by these numbers."""
 
     every: int | None = Field(None, gt=0)  # steps between evaluations (null: off)
     max_queries: int | None = Field(None, gt=0)  # the first N held-out queries (null: all of them)
-
-
-class AnchorParams(Params):
-    """A supervised anchor in every RL update (InstructGPT's PPO-ptx, Ouyang et al. 2022, arXiv 2203.02155, with the
-    SFT data in place of pre-training text): loss += coef * the mean NLL of the assistant tokens of `batch_size`
-    teacher trajectories drawn afresh each step from the SFT records (`star rl --anchor-data`). A step large enough
-    to move the tiny policy breaks its protocol (docs/tiny_preset.md, session 24); the anchor pulls the behaviour the
-    teacher showed back while the policy gradient moves the rest. Off when coef is 0."""
-
-    coef: float = Field(0.0, ge=0)
-    batch_size: int = Field(4, gt=0)
 
 
 class DistributedParams(Params):
@@ -135,17 +124,13 @@ class RLParams(Params):
     max_queries: int | None = Field(None, gt=0)
     num_generations: int = Field(8, gt=1)  # G, trajectories per query (ARPO: arpo.budget instead)
     # optimisation
-    learning_rate: float = Field(1e-6, gt=0)
+    # 0 keeps the weights frozen: a control run rolled out on the same seeded draws (scripts/compare_rl_runs.py)
+    learning_rate: float = Field(1e-6, ge=0)
     lr_scheduler_type: Literal["constant", "cosine", "linear"] = "constant"
     warmup_ratio: float = Field(0.0, ge=0, lt=1)
     weight_decay: float = Field(0.0, ge=0)
     adam_epsilon: float = Field(1e-8, gt=0)  # AdamW's eps: far above the gradients' scale, steps follow the gradient
     max_grad_norm: float = Field(1.0, gt=0)
-    # which weights RL trains: shell-style globs over parameter names (None: all); the rest stay frozen
-    trainable_parameters: list[str] | None = None
-    # a learned inverse temperature: the final norm's weight trained as one scalar, w = w0 * exp(s) (optim.LogitScale),
-    # at this learning rate; None: off (the final norm's weight is then trained like any other weight, if selected)
-    logit_scale_lr: float | None = Field(None, gt=0)
     num_iterations: int = Field(1, gt=0)  # passes over each step's rollouts (TRL's num_iterations; PPO epochs)
     mini_batch_size: int | None = Field(None, gt=0)  # trajectories per optimizer step (None: the whole step)
     micro_batch_size: int = Field(4, gt=0)  # trajectories per forward/backward (gradient accumulation)
@@ -159,24 +144,6 @@ class RLParams(Params):
     entropy_coeff: float = 0.0  # loss -= entropy_coeff * H_t on sampled tokens (verl's sign: > 0 bonus, < 0 sharpens)
     loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     scale_rewards: Literal["group", "batch", "none"] = "group"
-    negative_advantage_weight: float = Field(1.0, ge=0)  # lambda on A_i < 0 (1: as published; see advantages.py)
-    advantage_reweight_alpha: float = Field(0.0, ge=0, le=1)  # A_t *= alpha pi_old(o_t) + 1 - alpha (0: off)
-    reinforce_rejected_turns: bool = True  # False: turns the env rejected as malformed get no positive advantage
-    rejected_turn_advantage: float | None = Field(None, le=0)  # A_t on rejected turns' tokens (None: the episode's)
-    # which tokens count as rejected for the two knobs above: turns with protocol errors, turns cut at the per-turn
-    # token limit (truncated), only the repeating tail of a cut turn (loop), or the token where the policy coined a
-    # name it had not been shown (name_slip; components/training/rl/name_slips.py), or the tokens of an answer that
-    # name a restaurant or attraction a second time (repeat; components/training/rl/repeats.py)
-    rejected_turn_kinds: list[Literal["protocol_error", "truncated", "loop", "name_slip", "repeat"]] = Field(
-        ["protocol_error"], min_length=1)
-    # One greedy episode per query a step beside the samples (the policy validation deploys), trained only on its
-    # rejected tokens (rejected_turn_kinds, with rejected_turn_advantage set) and left out of the reward curve;
-    # logged as probe/*. Greedy plans repeat places that sampled ones never do (docs/tiny_preset.md, session 38).
-    greedy_probes: bool = False
-    # A_t on the tokens of the `repeat` kind instead of rejected_turn_advantage (None: that one). A repeat is decided
-    # at the one or two tokens where the second naming starts; the rest of the name is copied with probability ~1
-    # and takes almost no gradient, so under a token mean over the step's ~13K sampled tokens c = -1 barely moves it.
-    repeat_advantage: float | None = Field(None, lt=0)
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
     reward: RewardParams = RewardParams()
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
@@ -185,7 +152,6 @@ class RLParams(Params):
     rollout: RolloutParams = RolloutParams()
     env: EnvParams = EnvParams()
     eval: EvalParams = EvalParams()
-    sft_anchor: AnchorParams = AnchorParams()
     distributed: DistributedParams = DistributedParams()
     # checkpoints
     checkpoint_every: int = Field(1, gt=0)  # steps between checkpoints
@@ -211,17 +177,6 @@ class RLParams(Params):
         if merged.get("loss_type") in LOSS_TYPE_ALIASES:
             merged["loss_type"] = LOSS_TYPE_ALIASES[merged["loss_type"]]
         return merged
-
-    @model_validator(mode="after")
-    def _probes_train_something(self) -> "RLParams":
-        if self.greedy_probes and self.rejected_turn_advantage is None:
-            raise ValueError("rl.greedy_probes trains a probe only on its rejected tokens, and "
-                             "rl.rejected_turn_advantage is null: set it (e.g. -1), or set rl.greedy_probes: false")
-        if self.repeat_advantage is not None and (self.rejected_turn_advantage is None
-                                                  or "repeat" not in self.rejected_turn_kinds):
-            raise ValueError("rl.repeat_advantage is the advantage of the `repeat` tokens among the rejected ones: "
-                             "it needs rl.rejected_turn_advantage set and `repeat` in rl.rejected_turn_kinds")
-        return self
 
     @property
     def group_size(self) -> int:

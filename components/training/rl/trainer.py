@@ -43,7 +43,6 @@ class RLPaths:
     metrics: Path
     plots: Path
     eval_queries: Path | None = None  # held-out queries for `rl.eval` (the validation queries)
-    anchor_data: Path | None = None  # SFT records for `rl.sft_anchor` (data/sft/train.jsonl)
 
     @property
     def rewards_csv(self) -> Path:
@@ -66,7 +65,6 @@ class Scored:
 class StepBatch:
     groups: list[list[Scored]] = field(default_factory=list)  # what the update trains on
     sampled: list[list[Scored]] = field(default_factory=list)  # everything rolled out (DAPO's dropped groups too)
-    probes: list[Scored] = field(default_factory=list)  # rl.greedy_probes: one greedy episode per query
     rollout_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -187,31 +185,6 @@ def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
     return level_stratified_prefix(queries, params.eval.max_queries) if params.eval.max_queries else queries
 
 
-def load_anchor(params: RLParams, paths: RLPaths, tokenizer) -> list | None:
-    """The teacher trajectories of `rl.sft_anchor` as sft.SFTExamples (None when it is off); a record longer than
-    the rollouts' context is left out, as SFT drops an overlong one."""
-    from components.training.sft import build_examples, load_records
-
-    if not params.sft_anchor.coef:
-        return None
-    if paths.anchor_data is None or not Path(paths.anchor_data).exists():
-        raise UserError(f"rl.sft_anchor.coef is {params.sft_anchor.coef} but the SFT records {paths.anchor_data} do "
-                        "not exist: pass --anchor-data data/sft/train.jsonl (made by `dvc repro sft_data`), or set "
-                        "rl.sft_anchor.coef: 0")
-    examples, _ = build_examples(tokenizer, load_records(paths.anchor_data), params.rollout.max_context_tokens,
-                                 source=str(paths.anchor_data))
-    if not examples:
-        raise UserError(f"{paths.anchor_data} holds no SFT record that fits rl.rollout.max_context_tokens")
-    return examples
-
-
-def anchor_batch(examples: list | None, size: int, seed: int, step: int) -> list | None:
-    """The step's anchor trajectories: `size` of them drawn from (seed, step), so a resumed run draws the same."""
-    if not examples:
-        return None
-    return random.Random(seed * 1_000_003 + step * 7_919).sample(examples, min(size, len(examples)))
-
-
 def evaluate_greedy(engine, queries: list) -> dict:
     """The strict validation summary of the engine's policy decoded greedily on `queries` (the validate stage's
     episodes, limits of the rollouts)."""
@@ -272,8 +245,6 @@ def collect_rollouts(engine, queries: list, next_queries: Callable[[int], list],
         batch.groups = score_groups(engine.groups(queries, params.num_generations), params, progress)
     if not params.dynamic_sampling.enabled:
         batch.sampled = batch.groups
-    if params.greedy_probes:
-        batch.probes = score_groups([engine.greedy(queries)], params, progress)[0]
     batch.rollout_seconds = time.perf_counter() - start
     return batch
 
@@ -308,28 +279,6 @@ class Parts:
     ref_model: object | None
     update_config: object  # update.UpdateConfig
     pad_id: int
-    name_slips: object | None = None  # name_slips.NameSlipMarker when rl.rejected_turn_kinds has name_slip
-    repeats: object | None = None  # repeats.RepeatMarker when rl.rejected_turn_kinds has repeat
-
-    def token_marks(self, record: dict) -> dict[str, list[int]]:
-        """The marks of each TOKEN_KINDS marker that is on (name_slip, repeat) for one record."""
-        markers = {"name_slip": self.name_slips, "repeat": self.repeats}
-        return {kind: marker.marks(record) for kind, marker in markers.items() if marker is not None}
-
-
-def kind_credit(marks: dict[str, list[int]], params: RLParams) -> list[float] | None:
-    """Per response token, the advantage of a token kind that has its own (`rl.repeat_advantage` on `repeat` marks),
-    0 elsewhere; None when no kind has one."""
-    if params.repeat_advantage is None or "repeat" not in marks:
-        return None
-    return [params.repeat_advantage if m else 0.0 for m in marks["repeat"]]
-
-
-def merged_marks(marks: dict[str, list[int]]) -> list[int] | None:
-    """One 0/1 list from several markers' marks (None when there are none)."""
-    if not marks:
-        return None
-    return [int(any(column)) for column in zip(*marks.values())]
 
 
 def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_steps: int, device: str) -> Parts:
@@ -338,7 +287,7 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
     from components.agent.loop import Limits
     from components.models.loading import load_policy_model, load_tokenizer
     from components.training.rl.engine import RolloutEngine, build_policy
-    from components.training.rl.optim import build_optimizer, select_trainable
+    from components.training.rl.optim import build_optimizer
     from components.training.rl.update import UpdateConfig
     from components.training.rl.weight_sync import build_weight_sync
 
@@ -350,13 +299,6 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
     if params.beta > 0:  # the reference is the stage's input model, also when resuming
         ref_model = load_policy_model(paths.model, dtype=params.dtype, device=device).eval()
         ref_model.requires_grad_(False)
-    if params.trainable_parameters is not None:  # counted before DeepSpeed partitions the weights
-        select_trainable(model, params.trainable_parameters)
-        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in model.parameters())
-        print(f"[rl] training {trained:,} of {total:,} weights (rl.trainable_parameters: {params.trainable_parameters})"
-              + (f"; the final norm's weight only as one scalar, the logit scale (rl.logit_scale_lr: "
-                 f"{params.logit_scale_lr})" if params.logit_scale_lr else ""))
     optimizer = build_optimizer(model, params, total_steps)
     policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, params.seed, device)
     limits = Limits(max_turns=params.rollout.max_turns, max_tokens_per_turn=params.rollout.max_tokens_per_turn,
@@ -369,54 +311,23 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
                           num_iterations=params.num_iterations, mini_batch_size=params.mini_batch_size,
                           micro_batch_size=params.micro_batch_size, temperature=params.rollout.temperature,
                           recompute_old_logprobs=params.old_logprobs == "recompute",
-                          advantage_reweight_alpha=params.advantage_reweight_alpha,
-                          reinforce_rejected_turns=params.reinforce_rejected_turns,
-                          rejected_turn_advantage=params.rejected_turn_advantage,
-                          entropy_coeff=params.entropy_coeff, anchor_coef=params.sft_anchor.coef)
+                          entropy_coeff=params.entropy_coeff)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    name_slips = None
-    if "name_slip" in params.rejected_turn_kinds:
-        from components.training.rl.name_slips import NameSlipMarker
-        from components.travel.names import world_name_words
-
-        name_slips = NameSlipMarker(world_name_words(world), tokenizer)
-    repeats = None
-    if "repeat" in params.rejected_turn_kinds:
-        from components.training.rl.repeats import RepeatMarker
-
-        repeats = RepeatMarker(tokenizer)
-    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, name_slips,
-                 repeats)
+    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
 
 
-def step_advantages(groups: list[list[Scored]], scale_rewards: str, negative_weight: float = 1.0):
-    """The trained trajectories in order and their group-relative advantages (negative ones times
-    `negative_weight`)."""
+def step_advantages(groups: list[list[Scored]], scale_rewards: str):
+    """The trained trajectories in order and their group-relative advantages."""
     import torch
 
-    from components.training.rl.advantages import group_advantages, weight_negative
+    from components.training.rl.advantages import group_advantages
 
     scored = [s for group in groups for s in group]
     if not scored:
         return scored, []
     group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])
     rewards = torch.tensor([s.reward.total for s in scored], dtype=torch.float32)
-    return scored, weight_negative(group_advantages(rewards, group_ids, scale_rewards), negative_weight).tolist()
-
-
-def probe_metrics(probes: list[Scored], records: list[dict], trained: list) -> dict[str, float]:
-    """The greedy probes' reward and components, delivery, check pass rates and trained (rejected) tokens an
-    episode (probe/*); `trained` are their update.Rollouts."""
-    from components.training.rl.rewards import check_pass_rates
-
-    if not probes:
-        return {}
-    out = {f"probe/{key.split('/', 1)[1]}".replace("probe/mean", "probe/reward"): value
-           for key, value in reward_metrics(probes).items()}
-    out["probe/delivered"] = episode_metrics(records)["episode/delivered"]
-    out.update({f"probe/checks/{k}": v for k, v in check_pass_rates(records).items()})
-    out["probe/trained_tokens"] = sum(r.num_trained for r in trained) / len(probes)
-    return out
+    return scored, group_advantages(rewards, group_ids, scale_rewards).tolist()
 
 
 def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int) -> dict[str, float]:
@@ -459,7 +370,6 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     state = ckpt.load_state(resume_dir) if resume_dir else ckpt.TrainState()
     parts = build_parts(params, paths, world, resume_dir or paths.model, total_steps, resolve_device(params.device))
     optimizer, engine = parts.optimizer, parts.engine
-    anchor_examples = load_anchor(params, paths, parts.tokenizer)
     if resume_dir is not None:
         optimizer.load(resume_dir)
         ckpt.restore_checkpoint_rng(resume_dir)
@@ -499,33 +409,19 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 
         # 4. group-relative advantages
         reward_start = time.perf_counter()
-        scored, advantages = step_advantages(batch.groups, params.scale_rewards,
-                                             params.negative_advantage_weight)
+        scored, advantages = step_advantages(batch.groups, params.scale_rewards)
         reward_seconds = time.perf_counter() - reward_start + engine.evaluation_seconds
 
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
         update_start = time.perf_counter()
-        marked = (not params.reinforce_rejected_turns) or params.rejected_turn_advantage is not None
-        marks = [parts.token_marks(s.record) for s in scored]
-        rollouts = [rollout_from_record(s.record, a, params.rejected_turn_kinds if marked else (),
-                                        merged_marks(m) if marked else None,
-                                        credit=kind_credit(m, params) if marked else None)
-                    for s, a, m in zip(scored, advantages, marks)]
-        # greedy probes: only their rejected tokens are trained (the params require rejected_turn_advantage)
-        probe_marks = [parts.token_marks(s.record) for s in batch.probes]
-        probes = [rollout_from_record(s.record, 0.0, params.rejected_turn_kinds, merged_marks(m), only_rejected=True,
-                                      credit=kind_credit(m, params))
-                  for s, m in zip(batch.probes, probe_marks)]
-        rollouts += [r for r in probes if r.num_trained]
+        rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
         ref = None
         if parts.ref_model is not None and rollouts:
             ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,
                                 parts.update_config.temperature, overwrite=False)
         stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
-                              ref_logprobs=ref, anchor=anchor_batch(anchor_examples, params.sft_anchor.batch_size,
-                                                                    params.seed, step))
+                              ref_logprobs=ref)
         stats["lr"] = optimizer.lr
-        stats.update(optimizer.extra_stats())
         optimizer.schedule_step()
         parts.sync.push(optimizer.unwrap())
         update_seconds = time.perf_counter() - update_start
@@ -535,11 +431,6 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
                    "update": update_seconds, "step": time.perf_counter() - step_start}
         metrics = step_metrics(batch, stats, seconds, len(scored))
         metrics.update({"progress/epoch": cursor.epoch, "progress/fraction": progress})
-        if parts.name_slips and scored:  # words coined an episode (first occurrences; components/travel/names.py)
-            metrics["episode/invented_names"] = sum(sum(m["name_slip"]) for m in marks) / len(scored)
-        if parts.repeats and scored:  # places an episode's plan names again (sampled plans: almost never)
-            metrics["episode/repeat_tokens"] = sum(sum(m["repeat"]) for m in marks) / len(scored)
-        metrics.update(probe_metrics(batch.probes, [s.record for s in batch.probes], probes))
         log(metrics, step)
         row = csv_row(step, metrics)
         history.append(row)
@@ -568,8 +459,6 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     summary = summarize(history, total_steps, state.step, totals, time.perf_counter() - wall_start, params)
     if eval_history:
         summary["eval"] = {"first": eval_history[0], "last": eval_history[-1]}
-    if "logit_scale" in optimizer.extra_stats():  # rl.logit_scale_lr: the learned inverse temperature at the end
-        summary["logit_scale"] = optimizer.extra_stats()["logit_scale"]
     paths.metrics.parent.mkdir(parents=True, exist_ok=True)
     ckpt.write_json_atomic(paths.metrics, summary)
     print(f"[rl] model -> {paths.out}; metrics -> {paths.metrics}; reward curve -> {paths.rewards_csv}; "

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from components.training.rl.advantages import (never_reinforce, rejected_turn_credit, reweight_by_probability,
-                                               token_advantages)
+from components.training.rl.advantages import token_advantages
 from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
 
 
@@ -28,119 +27,21 @@ class Rollout:
     loss_mask: list[int]
     advantage: float
     old_logprobs: list[float] | None = None  # aligned with input_ids (0 on the prompt); None: recompute
-    rejected: list[int] | None = None  # aligned with input_ids: 1 on the tokens of turns the environment rejected
-    credit: list[float] | None = None  # aligned with input_ids: A_t for these rejected tokens where non-zero
-    # (a kind with its own advantage, e.g. rl.repeat_advantage); elsewhere rejected tokens get rejected_turn_advantage
 
     @property
     def num_trained(self) -> int:
         return int(sum(self.loss_mask))
 
 
-REJECTED_KINDS = ("protocol_error", "truncated", "loop", "name_slip", "repeat")  # which sampled tokens count as
-# rejected: turns of the agent loop's record["turns"] the env did not accept (protocol errors, turns cut at the
-# per-turn token limit, or only the repeating tail of a cut turn), the tokens that coined a name
-# (name_slips.NameSlipMarker) or that named a restaurant or attraction a second time (repeats.RepeatMarker)
-TOKEN_KINDS = ("name_slip", "repeat")  # marked token by token by a marker, not from record["turns"]
-LOOP_MIN_TOKENS = 32  # a cut turn's tail is a loop when at least this many tokens repeat an earlier stretch ...
-LOOP_MAX_PERIOD = 32  # ... of at most this many tokens
-
-
-def repeating_tail(ids: Sequence[int], min_tokens: int = LOOP_MIN_TOKENS, max_period: int = LOOP_MAX_PERIOD,
-                   slack: int = 2) -> int | None:
-    """Where the loop that runs to the end of `ids` starts repeating: the index of the first token that copies the
-    token `period` places before it, for the period (1 to `max_period` tokens) whose repetition reaches furthest
-    back; None unless at least `min_tokens` tokens repeat. Up to `slack` tokens at the very end may break the pattern
-    (a turn cut mid-unit). `a b c d e f e f e f` -> 6 (the second `e`): the first `e f` is the loop's first copy,
-    written before the policy started repeating itself."""
-    for cut in range(min(slack, len(ids)) + 1):
-        n = len(ids) - cut
-        best_start, best_repeated = None, 0
-        for period in range(1, min(max_period, n // 2) + 1):
-            start = n  # the repeated stretch [start, n): ids[j] == ids[j - period] for every j in it
-            while start - 1 >= period and ids[start - 1] == ids[start - 1 - period]:
-                start -= 1
-            if n - start > best_repeated:
-                best_start, best_repeated = start, n - start
-        if best_repeated >= min_tokens:
-            return best_start
-    return None
-
-
-def rejected_turn_tokens(record: dict, kinds: Sequence[str] = REJECTED_KINDS) -> list[int]:
-    """Per response token, 1 where it belongs to a turn of one of `kinds` the environment did not accept: a protocol
-    error (answered with the format reminder), a turn cut at the per-turn token limit (`truncated`: never parsed,
-    mostly loops), or only the repeating tail of such a cut turn (`loop`, see `repeating_tail`: the tokens that copy
-    the ones just before them; the plan the turn was writing before it looped is left alone).
-
-    Every sampled turn is one run of 1s in `response_mask` (its observation, a run of 0s, separates it from the
-    next), and `turns` lists the turns in the same order, so the i-th run is `turns[i]`.
-    """
-    mask, turns = record["response_mask"], record.get("turns") or []
-    unknown = set(kinds) - set(REJECTED_KINDS)
-    if unknown:
-        raise ValueError(f"unknown rejected turn kinds {sorted(unknown)}; choose from {list(REJECTED_KINDS)}")
-    whole = {kind for kind in kinds if kind != "loop" and kind not in TOKEN_KINDS}  # markers: TOKEN_KINDS
-    looping = "loop" in kinds
-    if not any(turn.get("kind") in whole or (looping and turn.get("kind") == "truncated") for turn in turns):
-        return [0] * len(mask)
-    starts = [i for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1])]
-    if len(starts) != len(turns):
-        raise ValueError(f"record {record.get('idx')}: {len(starts)} sampled segments but {len(turns)} turns; "
-                         "was it written by this version of the agent loop?")
-    out = [0] * len(mask)
-    for start, turn in zip(starts, turns):
-        end = start
-        while end < len(mask) and mask[end]:
-            end += 1
-        if turn.get("kind") in whole:
-            first = start
-        elif looping and turn.get("kind") == "truncated":
-            tail = repeating_tail(record["response_ids"][start:end])
-            if tail is None:
-                continue
-            first = start + tail
-        else:
-            continue
-        out[first:end] = [1] * (end - first)
-    return out
-
-
-def rollout_from_record(record: dict, advantage: float, rejected_kinds: Sequence[str] = (),
-                        marks: Sequence[int] | None = None, only_rejected: bool = False,
-                        credit: Sequence[float] | None = None) -> Rollout:
-    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs; with
-    `rejected_kinds`, also `turns`: which tokens belong to turns of those kinds the environment rejected; with
-    `marks` (per response token, from the TOKEN_KINDS markers, e.g. `NameSlipMarker.marks`) those tokens count as
-    rejected too). With `only_rejected` (a greedy probe) the loss mask keeps only the rejected tokens: nothing else
-    of the episode is trained. `credit` (per response token, 0 = none) gives marked tokens an advantage of their
-    own in place of `rejected_turn_advantage`."""
+def rollout_from_record(record: dict, advantage: float) -> Rollout:
+    """The Rollout of a trajectory record (prompt_ids, response_ids, response_mask, response_logprobs)."""
     prompt, response, mask = record["prompt_ids"], record["response_ids"], record["response_mask"]
     if len(response) != len(mask):
         raise ValueError(f"record {record.get('idx')}: {len(response)} response ids but {len(mask)} mask entries")
     logprobs = record.get("response_logprobs")
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
-    rejected = None
-    if rejected_kinds or marks is not None:
-        rejected = rejected_turn_tokens(record, rejected_kinds) if rejected_kinds else [0] * len(response)
-        if marks is not None:
-            if len(marks) != len(response):
-                raise ValueError(f"record {record.get('idx')}: {len(marks)} token marks for "
-                                 f"{len(response)} response ids")
-            rejected = [int(a or b) for a, b in zip(rejected, marks)]
-        rejected = [0] * len(prompt) + rejected
-    elif only_rejected:
-        raise ValueError("only_rejected needs rejected_kinds or marks: which tokens of the probe to train")
-    loss_mask = [0] * len(prompt) + list(mask)
-    if only_rejected:
-        loss_mask = [int(m and r) for m, r in zip(loss_mask, rejected)]
-    if credit is not None:
-        if len(credit) != len(response) or rejected is None:
-            raise ValueError(f"record {record.get('idx')}: {len(credit)} credit values for {len(response)} response "
-                             "ids (credit goes with the marks of the tokens it is for)")
-        credit = [0.0] * len(prompt) + [float(c) if r else 0.0 for c, r in zip(credit, rejected[len(prompt):])]
-    return Rollout(input_ids=list(prompt) + list(response), loss_mask=loss_mask,
-                   advantage=float(advantage), old_logprobs=old, rejected=rejected, credit=credit)
+    return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
+                   advantage=float(advantage), old_logprobs=old)
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
@@ -156,9 +57,6 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
         "old_logprobs": torch.tensor([pad(r.old_logprobs or [0.0] * len(r.input_ids), 0.0) for r in rollouts],
                                      dtype=torch.float32),
         "advantages": torch.tensor([r.advantage for r in rollouts], dtype=torch.float32),
-        "rejected": torch.tensor([pad(r.rejected or [0] * len(r.input_ids), 0) for r in rollouts], dtype=torch.bool),
-        "credit": torch.tensor([pad(r.credit or [0.0] * len(r.input_ids), 0.0) for r in rollouts],
-                               dtype=torch.float32),
     }
 
 
@@ -244,11 +142,7 @@ class UpdateConfig:
     micro_batch_size: int = 4
     temperature: float = 1.0
     recompute_old_logprobs: bool = True
-    advantage_reweight_alpha: float = 0.0
-    reinforce_rejected_turns: bool = True
-    rejected_turn_advantage: float | None = None
     entropy_coeff: float = 0.0
-    anchor_coef: float = 0.0  # rl.sft_anchor.coef: weight of the teacher trajectories' NLL in every optimizer step
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -257,34 +151,11 @@ def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
     return config.num_iterations == 1 and (config.mini_batch_size or n_rollouts) >= n_rollouts
 
 
-def anchor_backward(model, optimizer, examples: Sequence, coef: float, micro_batch_size: int, pad_id: int) -> float:
-    """Accumulate coef * (mean NLL over the assistant tokens of `examples`, sft.SFTExample teacher trajectories) into
-    the gradients, micro-batch by micro-batch; returns that mean NLL (the SFT stage's loss on them)."""
-    from components.training.sft import collate, masked_loss_sum
-
-    total = sum(sum(e.mask[1:]) for e in examples)  # position 0 predicts nothing
-    if not examples or total == 0:
-        return 0.0
-    nll = 0.0
-    for micro in chunks(sorted(examples, key=len), micro_batch_size):
-        batch = collate(list(micro), pad_id)
-        device = next(model.parameters()).device
-        loss_sum, _ = masked_loss_sum(model, {k: v.to(device) for k, v in batch.items()})
-        optimizer.backward(coef * loss_sum / total, sync=False)
-        nll += loss_sum.item()
-    return nll / total
-
-
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
-                  ref_logprobs: list[list[float]] | None = None, anchor: Sequence | None = None) -> dict[str, float]:
+                  ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
-    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss).
-    With `anchor` (teacher trajectories) and `config.anchor_coef` > 0, each optimizer step also descends
-    anchor_coef * their mean NLL (`anchor_backward`)."""
-    turn_credit = bool(config.rejected_turn_advantage) and any(any(r.rejected or ()) for r in rollouts)
-    anchored = bool(config.anchor_coef) and bool(anchor)
-    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and not turn_credit and not anchored
-                        and all(r.advantage == 0 for r in rollouts)):
+    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
+    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and all(r.advantage == 0 for r in rollouts)):
         # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
         # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
@@ -299,14 +170,11 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
         fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True)
     totals: dict[str, float] = {}
     weight = 0.0
-    grad_norms, anchor_nll = [], []
+    grad_norms = []
     model.train()
     mini_size = config.mini_batch_size or len(rollouts)
     for _ in range(config.num_iterations):
         for mini_start in range(0, len(rollouts), mini_size):
-            if anchored:
-                anchor_nll.append(anchor_backward(model, optimizer, anchor, config.anchor_coef,
-                                                  config.micro_batch_size, pad_id))
             minibatch = rollouts[mini_start:mini_start + mini_size]
             tokens = sum(r.num_trained for r in minibatch)
             order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
@@ -331,16 +199,6 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
                     ref = torch.tensor([ref_logprobs[p] + [0.0] * (width - len(ref_logprobs[p])) for p in positions],
                                        device=device)
                 advantages = token_advantages(batch["advantages"].to(device), mask)
-                if config.advantage_reweight_alpha:
-                    advantages = reweight_by_probability(advantages, old_logprobs, mask,
-                                                         config.advantage_reweight_alpha)
-                if not config.reinforce_rejected_turns:
-                    advantages = never_reinforce(advantages, batch["rejected"].to(device))
-                if config.rejected_turn_advantage is not None:
-                    advantages = rejected_turn_credit(advantages, batch["rejected"].to(device) & mask.bool(),
-                                                      config.rejected_turn_advantage)
-                    credit = batch["credit"].to(device)
-                    advantages = torch.where((credit != 0) & mask.bool(), credit, advantages)
                 loss, stats = policy_loss(
                     logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,
@@ -358,8 +216,6 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     steps = max(1, len(grad_norms))
     out = {key: (value / steps if key == "loss" else value / max(weight, 1.0)) for key, value in totals.items()}
     out["grad_norm"] = sum(grad_norms) / steps
-    if anchor_nll:
-        out["anchor_nll"] = sum(anchor_nll) / len(anchor_nll)
     out["optimizer_steps"] = len(grad_norms)
     out["trained_tokens"] = sum(r.num_trained for r in rollouts) * config.num_iterations
     passes = config.num_iterations + int(recompute)  # forward(+backward) passes over every sequence

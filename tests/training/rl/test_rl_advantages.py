@@ -4,8 +4,7 @@ import math
 import pytest
 import torch
 
-from components.training.rl.advantages import (group_advantages, group_mean, group_std,
-                                               reweight_by_probability, token_advantages, weight_negative)
+from components.training.rl.advantages import group_advantages, group_mean, group_std, token_advantages
 
 
 def test_grpo_advantage_is_reward_minus_group_mean_over_group_std():
@@ -52,35 +51,3 @@ def test_the_advantage_is_broadcast_only_to_sampled_tokens():
 def test_an_unknown_scaling_names_the_valid_ones():
     with pytest.raises(ValueError, match="'group', 'batch' or 'none'"):
         group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), "std")
-
-
-def test_the_negative_weight_scales_only_the_advantages_below_zero():
-    adv = torch.tensor([0.87, -0.87, -0.29, 0.0, 1.5])
-    assert weight_negative(adv, 0.25).tolist() == pytest.approx([0.87, -0.2175, -0.0725, 0.0, 1.5])
-    assert weight_negative(adv, 1.0).tolist() == pytest.approx(adv.tolist())  # GRPO as published
-    assert weight_negative(adv, 0.0).tolist() == pytest.approx([0.87, 0.0, 0.0, 0.0, 1.5])
-
-
-def test_a_negative_weight_below_zero_is_refused():
-    with pytest.raises(ValueError, match="negative_advantage_weight"):
-        weight_negative(torch.tensor([1.0, -1.0]), -0.5)
-
-
-def test_advantage_reweighting_scales_each_token_by_its_sampling_probability():
-    # A = 2 on both sampled tokens of row 0 (p = 0.5, 0.1), -1 on row 1's one (p = 0.8); alpha 0.6:
-    # weights 0.6 * 0.5 + 0.4 = 0.7, 0.6 * 0.1 + 0.4 = 0.46, 0.6 * 0.8 + 0.4 = 0.88
-    mask = torch.tensor([[0, 1, 1], [0, 1, 0]])
-    advantages = token_advantages(torch.tensor([2.0, -1.0]), mask)
-    old = torch.log(torch.tensor([[0.3, 0.5, 0.1], [0.9, 0.8, 0.2]]))
-    old[1, 2] = float("-inf")  # a padded position's garbage never reaches the result
-    weighted = reweight_by_probability(advantages, old, mask, 0.6)
-    assert weighted.flatten().tolist() == pytest.approx([0.0, 1.4, 0.92, 0.0, -0.88, 0.0], rel=1e-6)
-    assert torch.equal(reweight_by_probability(advantages, old, mask, 0.0), advantages)  # alpha 0: as published
-    # alpha 1 makes the token loss's gradient that of pi itself: A * pi * grad log pi = A * grad pi
-    assert reweight_by_probability(advantages, old, mask, 1.0)[0, 2].item() == pytest.approx(0.2)
-
-
-def test_an_alpha_outside_zero_to_one_is_refused():
-    mask = torch.ones(1, 2)
-    with pytest.raises(ValueError, match=r"advantage_reweight_alpha must be in \[0, 1\]"):
-        reweight_by_probability(torch.ones(1, 2), torch.zeros(1, 2), mask, 1.5)

@@ -1,10 +1,14 @@
 """Checkpoints are atomic and resumable; the data cursor reproduces the batches; params choose the algorithm."""
 import json
+import pickle
 import random
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from components.errors import UserError
 from components.training.rl import checkpoint as ckpt
 from components.training.rl.cursor import QueryCursor
 from components.training.rl.optim import TorchOptimizer, lr_lambda
@@ -50,6 +54,90 @@ def test_rng_states_round_trip(tmp_path):
     assert (random.random(), torch.rand(1).item()) == expected
 
 
+def test_every_generator_state_round_trips_exactly(tmp_path):
+    random.seed(1)
+    np.random.seed(2)
+    np.random.standard_normal()  # leaves a cached gaussian in NumPy's state
+    torch.manual_seed(3)
+    before = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    ckpt.save_tree(tmp_path, "rng", ckpt.capture_rng())
+    random.seed(9)
+    np.random.seed(9)
+    torch.manual_seed(9)
+    ckpt.restore_rng(ckpt.load_tree(tmp_path, "rng"))
+    python, (name, key, *rest), cpu = before
+    assert random.getstate() == python and torch.equal(torch.get_rng_state(), cpu)
+    after_name, after_key, *after_rest = np.random.get_state()
+    assert (after_name, after_rest) == (name, rest) and np.array_equal(after_key, key)
+
+
+def test_a_state_tree_keeps_int_keys_tuples_dtypes_and_plain_values(tmp_path):
+    tree = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.arange(4, dtype=torch.bfloat16)}},
+            "param_groups": [{"betas": (0.9, 0.999), "eps": 1e-8, "foreach": None, "params": [0], "name": "all"}],
+            "bytes": torch.tensor([1, 255], dtype=torch.uint8)}
+    ckpt.save_tree(tmp_path, "opt", tree)
+    again = ckpt.load_tree(tmp_path, "opt")
+    assert again["param_groups"] == tree["param_groups"] and list(again["state"]) == [0]
+    for name, tensor in [("step", tree["state"][0]["step"]), ("exp_avg", tree["state"][0]["exp_avg"])]:
+        assert again["state"][0][name].dtype == tensor.dtype and torch.equal(again["state"][0][name], tensor)
+    assert torch.equal(again["bytes"], tree["bytes"])
+
+
+class PlantedCode:
+    """A pickle that, when loaded, creates `marker`: what a malicious checkpoint file could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def real_checkpoint(root: Path) -> tuple[Path, TorchOptimizer]:
+    model = torch.nn.Linear(2, 1)
+    optimizer = TorchOptimizer(model, 0.1, 0.0, 1.0, "constant", warmup_steps=0, total_steps=4)
+    model(torch.ones(1, 2)).sum().backward()
+    optimizer.step()
+    saved = ckpt.save_checkpoint(root, ckpt.TrainState(step=1), lambda d: None, optimizer.save, keep=1)
+    return saved, optimizer
+
+
+def resume(checkpoint: Path, optimizer: TorchOptimizer) -> None:
+    """What `train` reads from a checkpoint besides the weights."""
+    ckpt.load_state(checkpoint)
+    optimizer.load(checkpoint)
+    ckpt.restore_checkpoint_rng(checkpoint)
+
+
+def test_the_planted_pickle_would_run_code_if_it_were_unpickled(tmp_path):
+    pickle.loads(pickle.dumps(PlantedCode(tmp_path / "marker")))
+    assert (tmp_path / "marker").exists()
+
+
+@pytest.mark.parametrize("name", ["optimizer.json", "optimizer.safetensors", "rng.json", "rng.safetensors",
+                                  "state.json"])
+def test_a_pickle_planted_as_a_checkpoint_file_is_refused_not_run(tmp_path, name):
+    checkpoint, optimizer = real_checkpoint(tmp_path / "checkpoints")
+    resume(checkpoint, optimizer)  # the checkpoint as written loads
+    marker = tmp_path / "marker"
+    (checkpoint / name).write_bytes(pickle.dumps(PlantedCode(marker)))
+    with pytest.raises(UserError, match=f"checkpoint {checkpoint}: .*Delete {checkpoint}"):
+        resume(checkpoint, optimizer)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("stem", ["optimizer", "rng"])
+def test_a_pickled_pt_file_of_an_older_version_is_refused_not_run(tmp_path, stem):
+    checkpoint, optimizer = real_checkpoint(tmp_path / "checkpoints")
+    for suffix in (".json", ".safetensors"):
+        (checkpoint / f"{stem}{suffix}").unlink()
+    marker = tmp_path / "marker"
+    torch.save({"planted": PlantedCode(marker)}, checkpoint / f"{stem}.pt")
+    with pytest.raises(UserError, match=f"{stem}.pt is a pickle .* not loaded"):
+        resume(checkpoint, optimizer)
+    assert not marker.exists()
+
+
 def test_the_cursor_resumes_exactly_where_it_stopped_across_epochs():
     full = QueryCursor(num_queries=5, seed=3)
     uninterrupted = [full.next_batch(2) for _ in range(6)]
@@ -78,6 +166,24 @@ def test_optimizer_and_schedule_state_round_trip(tmp_path):
     assert again.lr == pytest.approx(opt.lr) and again.scheduler.last_epoch == 1
 
 
+def test_adamw_state_round_trips_exactly(tmp_path):
+    model = torch.nn.Linear(3, 2)
+    opt = TorchOptimizer(model, 0.1, 0.01, 1.0, "cosine", warmup_steps=1, total_steps=4)
+    for _ in range(2):
+        model(torch.randn(5, 3)).pow(2).sum().backward()
+        opt.step()
+        opt.schedule_step()
+    opt.save(tmp_path)
+    again = TorchOptimizer(model, 0.5, 0.0, 1.0, "cosine", warmup_steps=1, total_steps=4)
+    again.load(tmp_path)
+    saved, loaded = opt.optimizer.state_dict(), again.optimizer.state_dict()
+    assert loaded["param_groups"] == saved["param_groups"]
+    for index, state in saved["state"].items():
+        assert set(loaded["state"][index]) == set(state)
+        assert all(torch.equal(loaded["state"][index][name], value) for name, value in state.items())
+    assert again.scheduler.state_dict() == opt.scheduler.state_dict()
+
+
 def test_a_large_adam_epsilon_makes_the_first_step_follow_the_gradient_not_its_sign():
     """AdamW's first step is lr * g / (|g| + eps): with eps 1e-8 every weight moves by ~lr (the sign of its gradient,
     however small); with eps far above |g| the step is ~(lr / eps) * g, proportional to the gradient."""
@@ -96,34 +202,6 @@ def test_a_large_adam_epsilon_makes_the_first_step_follow_the_gradient_not_its_s
 
     assert first_step(1e-8) == pytest.approx([-1e-3, -1e-3], rel=1e-4)
     assert first_step(10.0) == pytest.approx([-1e-3 * 1 / 11, -1e-3 * 0.001 / 10.001], rel=1e-4)
-
-
-def test_trainable_parameters_train_only_the_matching_weights_and_leave_the_rest_bit_for_bit():
-    """rl.trainable_parameters: ['*norm.weight'] steps the norm's scale; the linear layer gets no gradient, no optimizer
-    state and keeps its exact weights."""
-    from components.training.rl.optim import build_optimizer
-
-    model = torch.nn.Sequential()
-    model.add_module("proj", torch.nn.Linear(2, 2))
-    model.add_module("norm", torch.nn.LayerNorm(2))
-    before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    params = RLParams.model_validate({"learning_rate": 1e-2, "trainable_parameters": ["*norm.weight"]})
-    optimizer = build_optimizer(model, params, total_steps=1)
-    model(torch.tensor([[1.0, -2.0]])).pow(2).sum().backward()
-    optimizer.step()
-    changed = {name for name, p in model.named_parameters() if not torch.equal(p, before[name])}
-    assert changed == {"norm.weight"}
-    assert [p.requires_grad for p in model.parameters()] == [False, False, True, False]
-    assert sum(len(group["params"]) for group in optimizer.optimizer.param_groups) == 1
-
-
-def test_trainable_parameters_that_match_nothing_are_refused_with_the_names_to_pick_from():
-    from components.errors import UserError
-    from components.training.rl.optim import build_optimizer
-
-    params = RLParams.model_validate({"trainable_parameters": ["*lora*"]})
-    with pytest.raises(UserError, match=r"matches none .* weight"):
-        build_optimizer(torch.nn.Linear(2, 1), params, total_steps=1)
 
 
 def test_learning_rate_schedules():
