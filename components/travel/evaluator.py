@@ -568,8 +568,9 @@ def official_room_rule(ctx: _Context) -> CheckResult:
             row = _official_first_row(ctx, "accommodation", unit["accommodation"])
             if row is not None:
                 rules = str(row["house_rules"])
-                # Official quirk: the code tests 'parities' (sic), so a "parties" rule is never enforced.
-                for wanted, forbidden in (("smoking", "No smoking"), ("parities", "No parties"),
+                # As the public hard_constraint.py: "parties" is enforced (the annotation tool's utils/func.py spells
+                # it 'parities', which is not the evaluator).
+                for wanted, forbidden in (("smoking", "No smoking"), ("parties", "No parties"),
                                           ("children under 10", "No children under 10"),
                                           ("visitors", "No visitors"), ("pets", "No pets")):
                     if rule == wanted and forbidden in rules:

@@ -13,9 +13,15 @@ step, so a resumed run can rewrite the plot file (which `dvc repro` deletes) wit
 Optimizer and RNG states are stored as safetensors (their tensors) plus JSON (everything else), never as pickles:
 loading a pickle runs whatever code the file names, and checkpoint folders get copied between machines and runs. A
 file that is not what we wrote is refused with a UserError, not executed.
+
+Each checkpoint also records the fingerprint of the inputs that produced it (`fingerprint`: hashes of the RL params,
+the input model, the world and the query files). A run resumes only from a checkpoint with its own fingerprint: after
+`dvc exp run -S params/rl.yaml:rl.reward.kind=macro`, a new SFT model or new queries, the old steps are removed and
+the run starts from step 0, saying why.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -41,6 +47,51 @@ class TrainState:
     cursor: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# Params a resumed run may change: the budget (a longer run continues the shorter one's steps) and checkpointing.
+RESUMABLE_PARAM_CHANGES = ("max_steps", "epochs", "max_minutes", "checkpoint_every", "keep_checkpoints")
+
+
+def hash_path(path: str | Path | None) -> str:
+    """sha256 of a file's bytes, or of a directory's files (relative names and bytes, in name order); "-" for None."""
+    if path is None:
+        return "-"
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def fingerprint(params: dict[str, Any], inputs: dict[str, str | Path | None]) -> dict[str, str]:
+    """What a checkpoint was trained from: `params` (a JSON-able dict, less RESUMABLE_PARAM_CHANGES) and each input
+    file or directory, hashed."""
+    kept = {k: v for k, v in params.items() if k not in RESUMABLE_PARAM_CHANGES}
+    out = {"params": hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()}
+    out.update({name: hash_path(path) for name, path in inputs.items()})
+    return out
+
+
+def changed_inputs(saved: dict[str, str] | None, current: dict[str, str]) -> list[str]:
+    """The names whose hashes differ between a checkpoint's fingerprint and this run's (all of them when the
+    checkpoint has none)."""
+    if not saved:
+        return ["the checkpoint records no fingerprint"]
+    return [name for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)]
+
+
+def remove_checkpoints(root: str | Path) -> list[Path]:
+    """Delete every complete checkpoint under `root` (another run's steps); returns what was removed."""
+    removed = [path for _, path in complete_checkpoints(root)]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def step_dir_name(step: int) -> str:

@@ -366,8 +366,10 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     seed_everything(params.seed)
 
     ckpt.remove_partial(paths.checkpoints)
-    resume_dir = ckpt.newest_checkpoint(paths.checkpoints)
-    state = ckpt.load_state(resume_dir) if resume_dir else ckpt.TrainState()
+    inputs = ckpt.fingerprint(params.model_dump(mode="json"), {"model": paths.model, "world": paths.world,
+                                                                "queries": paths.queries,
+                                                                "eval_queries": paths.eval_queries if held_out else None})
+    resume_dir, state = resumable_checkpoint(paths.checkpoints, inputs)
     parts = build_parts(params, paths, world, resume_dir or paths.model, total_steps, resolve_device(params.device))
     optimizer, engine = parts.optimizer, parts.engine
     if resume_dir is not None:
@@ -446,7 +448,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         if step % params.checkpoint_every == 0 or step == total_steps or out_of_time:
             ckpt.save_checkpoint(
                 paths.checkpoints, ckpt.TrainState(step=step, cursor=cursor.state(), history=history,
-                                                   extra={"eval_history": eval_history}),
+                                                   extra={"eval_history": eval_history, "fingerprint": inputs}),
                 save_model=lambda d: save_hf(optimizer.unwrap(), parts.tokenizer, d, stage="rl", step=step),
                 save_optimizer=optimizer.save, keep=params.keep_checkpoints)
         if out_of_time:
@@ -464,6 +466,22 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     print(f"[rl] model -> {paths.out}; metrics -> {paths.metrics}; reward curve -> {paths.rewards_csv}; "
           f"checkpoints -> {paths.checkpoints}")
     return summary
+
+
+def resumable_checkpoint(root: Path, inputs: dict[str, str]) -> tuple[Path | None, ckpt.TrainState]:
+    """The newest checkpoint under `root` and its state when it was trained from `inputs`; else (None, a fresh
+    state), after removing the other run's checkpoints and saying why."""
+    newest = ckpt.newest_checkpoint(root)
+    if newest is None:
+        return None, ckpt.TrainState()
+    state = ckpt.load_state(newest)
+    changed = ckpt.changed_inputs(state.extra.get("fingerprint"), inputs)
+    if not changed:
+        return newest, state
+    removed = ckpt.remove_checkpoints(root)
+    print(f"[rl] not resuming from {newest}: it was trained from other inputs ({', '.join(changed)} changed); "
+          f"removed {len(removed)} checkpoint(s) and starting from step 0")
+    return None, ckpt.TrainState()
 
 
 def window_stats(rows: list[dict], episodes_per_step: int) -> tuple[float, float]:

@@ -74,6 +74,43 @@ def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_step
     assert read_steps(paths.rewards_csv) == [1, 2, 3]
 
 
+@pytest.mark.parametrize("change", ["reward", "model", "queries"])
+def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(change, tmp_path, tiny_model_dir,
+                                                                           tiny_world_dir, rl_queries_path, capsys):
+    """After a SUM run, a MACRO run (`dvc exp run -S params/rl.yaml:rl.reward.kind=macro`), a new SFT model or new
+    queries train from step 0: the SUM run's checkpoints are removed, and the run says why."""
+    import shutil
+
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    train(RLParams.model_validate(TINY), paths, progress_bar=False)
+    params = RLParams.model_validate(TINY)
+    if change == "reward":
+        params = RLParams.model_validate({**TINY, "reward": {"kind": "macro"}})
+    elif change == "model":
+        paths.model = shutil.copytree(tiny_model_dir, tmp_path / "other_model")
+        (paths.model / "generation_config.json").write_text((paths.model / "generation_config.json").read_text()
+                                                            .replace("{", '{"top_k": 7,', 1))
+    else:
+        paths.queries = tmp_path / "other_queries.jsonl"
+        paths.queries.write_text("".join(reversed(rl_queries_path.read_text().splitlines(keepends=True))))
+    capsys.readouterr()
+    seen = []
+    summary = train(params, paths, log=lambda metrics, step: seen.append(step), progress_bar=False)
+    printed = capsys.readouterr().out
+    assert seen == [1, 2] and summary["resumed_from_step"] == 0
+    expected = {"reward": "params", "model": "model", "queries": "queries"}[change]
+    assert f"not resuming from {paths.checkpoints / 'step-00000002'}" in printed and f"{expected} changed" in printed
+
+
+def test_a_longer_budget_or_another_time_limit_still_resumes(tmp_path, tiny_model_dir, tiny_world_dir,
+                                                             rl_queries_path):
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    train(RLParams.model_validate(TINY), paths, progress_bar=False)
+    summary = train(RLParams.model_validate({**TINY, "max_steps": 3, "max_minutes": 60, "keep_checkpoints": 3}),
+                    paths, progress_bar=False)
+    assert summary["resumed_from_step"] == 2
+
+
 def test_max_queries_trains_on_a_prefix_of_the_query_file(tmp_path, tiny_model_dir, tiny_world_dir,
                                                        rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
