@@ -33,7 +33,7 @@ def sft(args: argparse.Namespace) -> int:
     params = load_section(args.params, "sft", SFTParams)
     train_records = load_records(args.data / "train.jsonl")
     eval_path = args.data / "eval.jsonl"
-    eval_records = load_records(eval_path) if eval_path.exists() else []
+    eval_records = (load_records(eval_path) if eval_path.exists() else [])[:params.eval_records]
     tokenizer = load_tokenizer(args.model)
     train, dropped_train = build_examples(tokenizer, train_records, params.cutoff_len, params.overlong,
                                           source=str(args.data / "train.jsonl"))

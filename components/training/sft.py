@@ -51,6 +51,9 @@ class SFTParams(Params):
     overlong: Literal["drop", "error"] = Field(
         "drop", description="a record over cutoff_len is dropped and counted, or stops the stage; never truncated")
     eval_every: int = Field(50, ge=1, description="optimiser steps between eval-loss measurements")
+    eval_records: int | None = Field(
+        None, ge=1, description="the first N held-out records scored for the eval loss (null: all of them); each "
+                                "measurement is a forward pass over every one")
     max_steps: int | None = Field(
         None, ge=1, description="stop after this many optimiser steps; the LR schedule then follows steps alone, so "
                                 "the same params, data and thread count give bit-identical weights")
