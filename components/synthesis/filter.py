@@ -155,8 +155,16 @@ def write_jsonl(records: list[dict], path: Path) -> None:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """Trajectory records of a JSONL file; a malformed line is an error naming the file and line."""
+    from components.errors import UserError
+    from components.jsonl import iter_jsonl
+
+    records = []
+    for number, record in iter_jsonl(path, missing_hint="run the teacher first: `dvc repro trajectories`"):
+        if not isinstance(record, dict):
+            raise UserError(f"{path}:{number}: a trajectory record is a JSON object, got {type(record).__name__}")
+        records.append(record)
+    return records
 
 
 def load_counter(params: FilterParams) -> tuple[Callable[[str], int], str]:

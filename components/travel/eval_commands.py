@@ -41,12 +41,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def read_plans(path: str | Path) -> dict[int, Any]:
-    """idx -> raw plan value from a plans JSONL file; errors name the line."""
+    """idx -> raw plan value from a plans JSONL file; errors name the line (a malformed line, an idx given twice,
+    a file without plans)."""
     plans: dict[int, Any] = {}
+    first_line: dict[int, int] = {}
     for line_no, record in iter_jsonl(path, missing_hint="the plans file: one {\"idx\", \"plan\"} object a line"):
         if not isinstance(record, dict) or "idx" not in record:
             raise UserError(f'{path}:{line_no}: each line must be an object {{"idx": i, "plan": [...]}}')
-        plans[int(record["idx"])] = record.get("plan")
+        try:
+            idx = int(record["idx"])
+        except (TypeError, ValueError):
+            raise UserError(f"{path}:{line_no}: idx must be an integer, got {record['idx']!r}") from None
+        if idx in plans:
+            raise UserError(f"{path}:{line_no}: idx {idx} already has a plan (line {first_line[idx]}); give each "
+                            "query one plan")
+        plans[idx], first_line[idx] = record.get("plan"), line_no
+    if not plans:
+        raise UserError(f'{path} holds no plans: write one {{"idx": i, "plan": [...]}} object a line')
     return plans
 
 

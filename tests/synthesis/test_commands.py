@@ -71,3 +71,13 @@ def test_star_teach_never_shows_the_endpoint_password_in_its_output_or_in_mlflow
     client = MlflowClient(tracking_uri=uri)
     [run] = client.search_runs([client.get_experiment_by_name("redaction-test").experiment_id])
     assert run.data.params["endpoint.base_url"] == f"http://***@127.0.0.1:{port}/v1"
+
+
+def test_star_filter_names_the_file_and_line_of_a_malformed_trajectory(tmp_path, capsys):
+    trajectories = tmp_path / "teacher.jsonl"
+    trajectories.write_text('{"idx": 1}\n\n{"idx": 2, "messages": [\n{"idx": 3}\n')
+    assert main(["filter", "--params", "params/filter.yaml", "--in", str(trajectories),
+                 "--out", str(tmp_path / "sft")]) == 2
+    err = capsys.readouterr().err
+    assert f"{trajectories}:3: not valid JSON" in err and "Traceback" not in err
+    assert not (tmp_path / "sft").exists()
