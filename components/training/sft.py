@@ -300,6 +300,12 @@ def plan_steps(num_examples: int, params: SFTParams) -> int:
     return min(steps, params.max_steps) if params.max_steps else steps
 
 
+def warmup_steps(num_examples: int, params: SFTParams) -> int:
+    """`warmup_ratio` as a whole number of optimiser steps (transformers before 5 reads a float `warmup_steps` as a
+    step count, not a ratio)."""
+    return math.ceil(params.warmup_ratio * plan_steps(num_examples, params))
+
+
 def batch_schedule(lengths: list[int], params: SFTParams, total_steps: int) -> list[tuple[float, list[int]]]:
     """(epoch position, example indices) for every optimiser step, epochs reshuffled with seed + epoch."""
     steps: list[tuple[float, list[int]]] = []
@@ -544,7 +550,7 @@ def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list
         max_steps=params.max_steps or -1,
         learning_rate=params.learning_rate,
         lr_scheduler_type=params.lr_scheduler,
-        warmup_steps=params.warmup_ratio,
+        warmup_steps=warmup_steps(len(train), params),
         weight_decay=params.weight_decay,
         max_grad_norm=params.max_grad_norm,
         per_device_train_batch_size=params.micro_batch_size,

@@ -13,6 +13,7 @@ from components.errors import UserError
 from components.training.sft import (
     IGNORE_INDEX, SFTParams, accumulate_gradients, build_examples, collate, cpu_compute_dtype, encode_record,
     evaluate_token_accuracy, learning_rate_at, length_grouped_batches, masked_loss_sum, run_sft, training_progress,
+    warmup_steps,
 )
 
 CITIES = ["Ithaca", "Charlotte", "Denver", "Austin", "Boston", "Tucson", "Salem", "Reno"]
@@ -283,3 +284,11 @@ def test_trainer_backend_trains_the_same_examples(tokenizer, records, tmp_path):
     assert result.summary["backend"] == "trainer"
     assert result.summary["final_eval_loss"] < result.summary["initial_eval_loss"]
     assert (tmp_path / "sft" / "model.safetensors").exists() and (tmp_path / "sft" / "tokenizer.json").exists()
+
+
+def test_the_warmup_ratio_becomes_a_whole_number_of_optimiser_steps_for_the_trainer():
+    # 1,000 records in batches of 4 over 2 epochs: 500 steps, 10% of them warm up
+    assert warmup_steps(1000, SFTParams(epochs=2, batch_size=4, micro_batch_size=4, warmup_ratio=0.1)) == 50
+    assert warmup_steps(1000, SFTParams(epochs=2, batch_size=4, micro_batch_size=4, warmup_ratio=0.1,
+                                        max_steps=30)) == 3
+    assert warmup_steps(10, SFTParams(batch_size=4, micro_batch_size=4, warmup_ratio=0.0)) == 0
