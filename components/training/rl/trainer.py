@@ -418,11 +418,12 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         update_start = time.perf_counter()
         rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
         ref = None
-        if parts.ref_model is not None and rollouts:
+        if parts.ref_model is not None and rollouts and params.learning_rate > 0:
             ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,
                                 parts.update_config.temperature, overwrite=False)
+        # learning_rate 0 is a frozen control (the same seeded rollouts, weights that never move): no update pass
         stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
-                              ref_logprobs=ref)
+                              ref_logprobs=ref) if params.learning_rate > 0 else {"optimizer_steps": 0}
         stats["lr"] = optimizer.lr
         optimizer.schedule_step()
         parts.sync.push(optimizer.unwrap())

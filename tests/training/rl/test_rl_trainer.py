@@ -173,6 +173,23 @@ def test_a_frozen_control_with_learning_rate_0_keeps_every_weight(tiny_model_dir
     assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
 
 
+def test_a_frozen_control_run_draws_the_same_first_step_and_ends_with_the_input_weights(tmp_path, tiny_model_dir,
+                                                                                       tiny_world_dir,
+                                                                                       rl_queries_path):
+    import torch
+    from safetensors.torch import load_file
+
+    run = paths_in(tmp_path / "run", tiny_model_dir, tiny_world_dir, rl_queries_path)
+    control = paths_in(tmp_path / "control", tiny_model_dir, tiny_world_dir, rl_queries_path)
+    train(RLParams.model_validate(TINY), run, progress_bar=False)
+    summary = train(RLParams.model_validate({**TINY, "learning_rate": 0}), control, progress_bar=False)
+    first = [next(csv.DictReader(p.rewards_csv.open())) for p in (run, control)]
+    assert first[0]["reward"] == first[1]["reward"] and first[0]["cs_micro"] == first[1]["cs_micro"]
+    assert summary["steps"] == 2
+    before, after = load_file(tiny_model_dir / "model.safetensors"), load_file(control.out / "model.safetensors")
+    assert all(torch.equal(before[name], after[name]) for name in before)
+
+
 def test_a_single_step_update_reads_pi_old_from_its_own_forward_pass(tiny_model_dir):
     """One pass, one mini-batch: pi_old is the detached current log-probability, so the update makes one forward
     pass per micro-batch (no separate recompute pass) and lands on the same weights as an update handed the
