@@ -61,8 +61,9 @@ def read_plans(path: str | Path) -> dict[int, Any]:
     return plans
 
 
-def evaluate_file(world: Any, queries: list, plans: dict[int, Any], modes: tuple[str, ...], normalize: bool = True):
-    """Per-query records and the metrics of each mode (missing plans count as undelivered)."""
+def evaluate_file(world: Any, queries: list, plans: dict[int, Any], modes: tuple[str, ...], raw: bool = False):
+    """Per-query records and the metrics of each mode (missing plans count as undelivered). `raw` scores each plan
+    exactly as written; else plans are normalised first (official keys, cost suffixes stripped)."""
     from tqdm import tqdm
 
     from components.travel.evaluator import evaluate_plan
@@ -71,12 +72,12 @@ def evaluate_file(world: Any, queries: list, plans: dict[int, Any], modes: tuple
 
     records, by_mode = [], {mode: {} for mode in modes}
     for query in tqdm(queries, desc="evaluate", unit="plan", disable=len(queries) < 50):
-        raw = plans.get(query.idx)
-        plan, error = parse_plan(raw, normalize=normalize) if raw else (None, "no plan delivered")
+        written = plans.get(query.idx)
+        plan, error = parse_plan(written, normalize=not raw, raw=raw) if written else (None, "no plan delivered")
         record: dict[str, Any] = {"idx": query.idx, "level": query.level, "days": query.days,
                                   "plan_error": error, "evaluation": {}}
         for mode in modes:
-            evaluation = evaluate_plan(world, query, plan if plan is not None else raw, mode)
+            evaluation = evaluate_plan(world, query, plan if plan is not None else written, mode)
             by_mode[mode][query.idx] = evaluation
             record["evaluation"][mode] = evaluation.to_dict()
         records.append(record)
@@ -115,7 +116,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise UserError(f"{args.plans} has plans for idx {unknown[:10]} that are not in {args.queries}; "
                         "plans are matched to queries by idx")
     modes = ("official", "strict") if args.mode == "both" else (args.mode,)
-    records, metrics = evaluate_file(world, queries, plans, modes, normalize=not args.raw)
+    records, metrics = evaluate_file(world, queries, plans, modes, raw=args.raw)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(metrics, indent=2) + "\n")

@@ -28,17 +28,18 @@ _OFFICIAL_NAME_CITY = re.compile(r"(.*?),\s*([^,]+)(\(\w[\w\s]*\))?$")
 _TIME = re.compile(r"(departure|arrival)\s+time\s*:\s*(\d{1,2}:\d{2})", re.IGNORECASE)
 
 
-def parse_plan(obj_or_text: Any, normalize: bool = True) -> tuple[list[dict] | None, str | None]:
+def parse_plan(obj_or_text: Any, normalize: bool = True, raw: bool = False) -> tuple[list[dict] | None, str | None]:
     """Parse a plan from a list, a JSON/Python-literal string, or text with prose/code fences around it.
 
     Returns `(plan, None)` or `(None, reason)`; never raises. Day dicts get the official keys (`day` becomes
-    `days`); trailing empty `{}` days are dropped; non-dict items are an error.
+    `days`); trailing empty `{}` days are dropped; non-dict items are an error; `normalize` also strips cost
+    suffixes. With `raw` (`star evaluate --raw`) it returns the decoded days exactly as written.
     """
     try:
         candidate = _decode(obj_or_text)
         if isinstance(candidate, str):
             return None, candidate
-        return _to_plan(candidate, normalize)
+        return _to_plan(candidate, normalize, raw)
     except Exception as exc:  # noqa: BLE001 - the contract is "never raises": any surprise becomes a reason
         return None, f"unparseable plan ({type(exc).__name__}: {exc})"
 
@@ -93,7 +94,14 @@ def _literal(text: str) -> Any:
         return None
 
 
-def _to_plan(items: list, normalize: bool) -> tuple[list[dict] | None, str | None]:
+def _to_plan(items: list, normalize: bool, raw: bool = False) -> tuple[list[dict] | None, str | None]:
+    if raw:  # the days exactly as written (empty days, key case and list values included)
+        if not items:
+            return None, "the plan has no days"
+        for position, item in enumerate(items, start=1):
+            if not isinstance(item, dict):
+                return None, f"day {position} is a {type(item).__name__}, not an object with the plan fields"
+        return list(items), None
     while items and not _is_day(items[-1]):  # trailing {} days, cost summaries, closing notes
         items = items[:-1]
     if not items:

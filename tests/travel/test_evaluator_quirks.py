@@ -247,3 +247,35 @@ def test_repeated_places_lists_every_naming_after_the_first_in_day_order():
                                      RepeatedPlace(1, "dinner", "Quizor Grill, Brimo"),
                                      RepeatedPlace(1, "attraction", "Ronor Lake, Brimo")]
     assert repeated_places([day(1, lunch="Quizor Grill, Brimo", dinner="Bana Kitchen, Brimo")]) == []
+
+
+def test_star_evaluate_raw_keeps_an_empty_day_past_the_trip_which_the_public_code_never_reads(world):
+    from components.travel.eval_commands import evaluate_file
+    from components.travel.plans import parse_plan
+
+    plan = [*copy.deepcopy(GOOD_PLAN), {}]
+    assert parse_plan(plan, raw=True) == (plan, None)
+    (raw,), _ = evaluate_file(world, [make_query()], {0: plan}, ("official",), raw=True)
+    assert raw["evaluation"]["official"]["final_pass"]  # the public checks read days[:query.days] only
+
+
+@pytest.mark.parametrize("rewrite, broken", [
+    (lambda plan: [{("Accommodation" if k == "accommodation" else k): v for k, v in day.items()} for day in plan],
+     "a capitalised key"),
+    (lambda plan: [{**day, "attraction": [a for a in day["attraction"].split(";") if a]} for day in plan],
+     "attractions as a list"),
+])
+def test_star_evaluate_raw_scores_the_plan_as_written(world, rewrite, broken):
+    """`--raw` rewrites nothing: where the public code would crash on the plan, the official check fails with a
+    reason; the default (normalised) evaluation reads the same plan as the good one it was made from."""
+    from components.travel.eval_commands import evaluate_file
+
+    plan = rewrite(copy.deepcopy(GOOD_PLAN))
+    (normalised,), _ = evaluate_file(world, [make_query()], {0: plan}, ("official",))
+    (raw,), _ = evaluate_file(world, [make_query()], {0: plan}, ("official",), raw=True)
+    assert normalised["evaluation"]["official"]["final_pass"], broken
+    verdict = raw["evaluation"]["official"]
+    assert not verdict["final_pass"], broken
+    failed = [check for group in ("commonsense", "hard") for check in verdict[group].values()
+              if check["status"] == "fail"]
+    assert failed and all(check["reason"] for check in failed)
