@@ -4,7 +4,7 @@ Each variant is a DVC experiment (named `<variant>-<timestamp>`, so `dvc exp sho
 a temporary copy of the project (`--temp`: the workspace stays as it is), one after the other. MLflow gets one
 sweep run, a child run per variant (tagged with its overrides) and, below it, the runs of the stages that ran.
 
-    star sweep --variant sum=params/rl.yaml:rl.reward=sum --variant macro=params/rl.yaml:rl.reward=macro
+    star sweep --variant sum=params/rl.yaml:rl.reward.kind=sum --variant macro=params/rl.yaml:rl.reward.kind=macro
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from components.orchestration.stages import TAIL_LINES, dvc_executable, stage_en
 
 
 def exp_run_command(exp_name: str, overrides: list[str], temp: bool = True) -> list[str]:
-    """`dvc exp run` of one variant: `overrides` are `-S` values like `params/rl.yaml:rl.reward=macro`."""
+    """`dvc exp run` of one variant: `overrides` are `-S` values like `params/rl.yaml:rl.reward.kind=macro`."""
     command = [dvc_executable(), "exp", "run", "--name", exp_name]
     command += ["--temp"] if temp else []
     for override in overrides:
@@ -55,7 +55,7 @@ def sweep(variants: dict[str, list[str]], root: str | None = None, experiment: s
           temp: bool = True) -> dict[str, str]:
     """Run each variant (name -> `-S` overrides) as a DVC experiment; return variant -> experiment name."""
     if not variants:
-        raise ValueError("a sweep needs at least one variant, e.g. {'macro': ['params/rl.yaml:rl.reward=macro']}")
+        raise ValueError("a sweep needs at least one variant, e.g. {'macro': ['params/rl.yaml:rl.reward.kind=macro']}")
     root_path = tracking.repo_root(root)
     os.chdir(root_path)
     if experiment:

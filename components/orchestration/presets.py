@@ -3,7 +3,7 @@
 `star preset use qwen2.5-7b` rewrites `params/<family>.yaml` for every family the overlay names, keeping the
 comments and key order of the files (ruamel round-trip), creating files that do not exist yet, and recording the
 active preset in `params/preset.yaml` (read by `components.tracking` to name the MLflow experiment). The params
-files stay plain YAML, so `dvc exp run -S params/rl.yaml:rl.reward=macro` keeps working.
+files stay plain YAML, so `dvc exp run -S params/rl.yaml:rl.reward.kind=macro` keeps working.
 """
 from __future__ import annotations
 
