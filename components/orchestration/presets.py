@@ -126,10 +126,10 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def merge_into_file(path: Path, family: str, section: dict) -> list[Change]:
-    """Deep-merge `section` into `family:` of the YAML file at `path` (created if missing); return the changes."""
-    yaml = _yaml()
-    document = yaml.load(path.read_text()) if path.exists() else None
+def merged_document(path: Path, family: str, section: dict) -> tuple[CommentedMap, list[Change]]:
+    """The YAML document at `path` (empty if missing) with `section` deep-merged into `family:`, and the changes;
+    nothing is written."""
+    document = _yaml().load(path.read_text()) if path.exists() else None
     if document is None:
         document = CommentedMap()
     if not isinstance(document, dict):
@@ -138,20 +138,54 @@ def merge_into_file(path: Path, family: str, section: dict) -> list[Change]:
         document[family] = CommentedMap()
     changes = [Change(str(path), f"{family}.{key}", old, new)
                for key, old, new in deep_merge(document[family], section)]
+    return document, changes
+
+
+def write_document(path: Path, document: CommentedMap) -> None:
+    buffer = io.StringIO()
+    _yaml().dump(document, buffer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(buffer.getvalue())
+
+
+def merge_into_file(path: Path, family: str, section: dict) -> list[Change]:
+    """Deep-merge `section` into `family:` of the YAML file at `path` (created if missing); return the changes."""
+    document, changes = merged_document(path, family, section)
     if changes or not path.exists():
-        buffer = io.StringIO()
-        yaml.dump(document, buffer)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(buffer.getvalue())
+        write_document(path, document)
     return changes
+
+
+def invalid_sections(documents: dict[str, CommentedMap], sources: dict[str, Path]) -> list[str]:
+    """What each family's typed params model rejects in the merged documents (empty: all valid)."""
+    from components.params import ParamsError, parse_section
+
+    problems = []
+    for family, document in documents.items():
+        model = params_model(family)
+        if model is None:
+            continue
+        try:
+            parse_section(_plain(document), family, model, source=str(sources[family]))
+        except ParamsError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 def apply_preset(name: str, params_dir: Path) -> list[Change]:
     """Write preset `name` (from `params_dir/presets`) into `params_dir/<family>.yaml`; record it as active."""
     overlay = load_preset(name, params_dir / "presets")
+    paths = {family: params_dir / f"{family}.yaml" for family in overlay}
+    merged = {family: merged_document(paths[family], family, section) for family, section in overlay.items()}
+    problems = invalid_sections({family: document for family, (document, _) in merged.items()}, paths)
+    if problems:
+        raise UserError(f"preset '{name}' would write invalid params, so nothing was written; fix "
+                        f"{params_dir / 'presets' / (name + '.yaml')}:\n" + "\n".join(problems))
     changes: list[Change] = []
-    for family, section in overlay.items():
-        changes += merge_into_file(params_dir / f"{family}.yaml", family, section)
+    for family, (document, family_changes) in merged.items():
+        if family_changes or not paths[family].exists():
+            write_document(paths[family], document)
+        changes += family_changes
     (params_dir / ACTIVE_PRESET_FILE).write_text(
         "# Written by `star preset use`: the preset the params/ files were last set from (names the MLflow experiment).\n"
         f"preset: {name}\n"

@@ -56,6 +56,19 @@ def test_apply_preset_creates_missing_files_and_records_the_preset(tmp_path):
     assert apply_preset("big", tmp_path) == []  # applying twice changes nothing
 
 
+def test_a_preset_that_would_write_invalid_params_writes_nothing(tmp_path):
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "rl.yaml").write_text("rl:\n  epochs: 1.0   # passes\n")
+    (tmp_path / "sft.yaml").write_text("sft:\n  epochs: 1\n")
+    (tmp_path / "presets" / "bad.yaml").write_text("sft:\n  epochs: 2\nrl:\n  reward:\n    kind: maximum\n")
+    before = {name: (tmp_path / name).read_text() for name in ("rl.yaml", "sft.yaml")}
+    with pytest.raises(UserError) as error:
+        apply_preset("bad", tmp_path)
+    assert "nothing was written" in str(error.value) and "rl.reward.kind" in str(error.value)
+    assert {name: (tmp_path / name).read_text() for name in before} == before  # sft.yaml untouched too
+    assert active_preset(tmp_path) is None
+
+
 def test_unknown_preset_lists_the_available_ones(tmp_path):
     (tmp_path / "tiny.yaml").write_text("world:\n  source: synthetic\n")
     with pytest.raises(UserError, match=r"unknown preset 'huge'.*available: tiny"):
