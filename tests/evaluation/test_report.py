@@ -96,3 +96,25 @@ def test_the_greedy_evaluations_during_rl_get_a_table_and_a_figure(metrics_tree,
     assert "| 0 | 95.0% | 64.4% | 0.0% | 82.5% |" in markdown and "| 6 | 100.0% | 60.0% | 5.0% | 50.0% |" in markdown
     figure = tmp_path / "reports" / "rl_eval.png"
     assert figure in written["figures"] and figure.stat().st_size > 10_000
+
+
+def test_every_plot_dvc_yaml_declares_on_a_report_table_names_its_columns(metrics_tree, tmp_path: Path):
+    """`dvc plots show/diff` read the x and y fields dvc.yaml declares from the tables the report writes."""
+    import csv
+
+    import yaml
+
+    metrics, plots = metrics_tree
+    written = build_report(metrics, plots, tmp_path / "reports", ReportParams())
+    tables = {f"reports/{table.name}": table for table in written["tables"]}
+    declared = yaml.safe_load((Path(__file__).resolve().parents[2] / "dvc.yaml").read_text())["plots"]
+    checked = 0
+    for entry in declared:
+        if not isinstance(entry, dict):
+            continue
+        (path, fields), = entry.items()
+        if path in tables:
+            columns = next(csv.reader(tables[path].open()))
+            assert {fields["x"], fields["y"]} <= set(columns), (path, fields, columns)
+            checked += 1
+    assert checked == len(tables) == 2
