@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from components import lifeline
 from components.errors import UserError
 
 COMMAND_MODULES = [
@@ -21,6 +22,7 @@ COMMAND_MODULES = [
     "components.models.commands",
     "components.training.commands",
     "components.training.rl_commands",
+    "components.tracking_commands",
 ]
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,10 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.handler(args) or 0)
-    except KeyboardInterrupt:
+        with lifeline.held(args.command):  # SIGTERM stops like Ctrl-C; a stage stops when its dvc process is gone
+            return int(args.handler(args) or 0)
+    except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
-        return 130
+        return getattr(exc, "exit_code", 130)  # 143 after SIGTERM (lifeline.Terminated)
     except UserError as exc:
         print(f"star {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -14,17 +14,28 @@ Tracking URI: `MLFLOW_TRACKING_URI`, else the absolute `sqlite:///<repo root>/ml
 the store says (an `mlflow server --artifacts-destination s3://…` proxies them to S3; `MLFLOW_S3_ENDPOINT_URL`
 points boto3 at any S3-compatible store). Secrets never reach MLflow: params and tags whose key names a secret, any
 value containing a secret from the environment, and URL passwords and tokens (`components.redact`) are redacted.
+
+Tracking never costs a stage: an unreachable or dying server costs a few seconds once (about 30 s for one that stops
+answering), then the run says so in one line on stderr and appends every later call to a spool file,
+`.star/mlflow-spool/<stage>-<utc time>-<pid>.jsonl`, which `star mlflow replay` puts into MLflow later (into the run
+it belongs to when the store still has it). A run records its process id and host: SIGTERM ends it KILLED, and the
+next start of its stage marks it KILLED when its process was killed outright (SIGKILL, out of memory, a reboot).
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +49,14 @@ VARIANT_ENV = "STAR_VARIANT"
 MODEL_ALIAS = "candidate"
 _EXPS_TMP = os.path.join(".dvc", "tmp", "exps")
 _MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+SPOOL_DIR = os.path.join(".star", "mlflow-spool")
+REPLAY_COMMAND = "star mlflow replay"
+# What a stage waits for a server that does not answer, once: 3 tries of 8 s plus ~3 s of backoff (a refused
+# connection: ~3 s). MLflow's defaults (7 retries, backoff factor 2, 120 s) wait 4 minutes for a closed port and
+# longer for a hung server. A user's own setting of any of them wins.
+STAGE_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                     "MLFLOW_HTTP_REQUEST_TIMEOUT": "8"}
+UPLOAD_TIMEOUT = "120"  # MLflow's default: a server answers an upload once it has stored the file (e.g. in S3)
 
 
 # ---------------------------------------------------------------- where runs go
@@ -214,38 +233,245 @@ def ensure_experiment(name: str) -> str:
     raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {redact_url(tracking_uri())}")
 
 
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """Metrics (nested dicts flattened to dotted names) that MLflow can store: numbers, not booleans."""
+    return {key: float(value) for key, value in flatten(dict(metrics)).items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+
+
+# ---------------------------------------------------------------- what one logging call does
+
+def _apply_params(client, run_id: str, record: Mapping) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(key, value) for key, value in record["params"].items()]
+    for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run_id, params=items[start:start + 100])
+
+
+def _apply_metrics(client, run_id: str, record: Mapping) -> None:
+    from mlflow.entities import Metric
+
+    client.log_batch(run_id, metrics=[Metric(key, value, record["timestamp"], record["step"])
+                                      for key, value in record["metrics"].items()])
+
+
+def _apply_tags(client, run_id: str, record: Mapping) -> None:
+    from mlflow.entities import RunTag
+
+    client.log_batch(run_id, tags=[RunTag(key, value) for key, value in record["tags"].items()])
+
+
+def _apply_artifact(client, run_id: str, record: Mapping) -> None:
+    path = Path(record["path"])
+    if not path.exists():
+        raise FileNotFoundError(f"cannot log artifact {path}: it does not exist")
+    if path.is_dir():
+        client.log_artifacts(run_id, str(path), artifact_path=record["artifact_path"])
+    else:
+        client.log_artifact(run_id, str(path), artifact_path=record["artifact_path"])
+
+
+def _apply_dict(client, run_id: str, record: Mapping) -> None:
+    client.log_dict(run_id, record["data"], record["artifact_file"])
+
+
+def _apply_model(client, run_id: str, record: Mapping) -> int | None:
+    from mlflow.exceptions import MlflowException
+
+    model_dir, name = Path(record["model_dir"]), record["registered_name"]
+    if not (model_dir / "config.json").exists():
+        raise FileNotFoundError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
+    client.log_artifacts(run_id, str(model_dir), artifact_path="model")
+    if not name:
+        return None
+    try:
+        client.create_registered_model(name)
+    except MlflowException:
+        pass  # already registered: add a version
+    source = f"{client.get_run(run_id).info.artifact_uri}/model"
+    version = client.create_model_version(name, source, run_id=run_id)
+    client.set_registered_model_alias(name, record["alias"], version.version)
+    return int(version.version)
+
+
+def _apply_end(client, run_id: str, record: Mapping) -> None:
+    client.set_terminated(run_id, status=record["status"], end_time=record.get("end_time"))
+
+
+_APPLY: dict[str, Callable[..., Any]] = {
+    "params": _apply_params, "metrics": _apply_metrics, "tags": _apply_tags, "artifact": _apply_artifact,
+    "dict": _apply_dict, "model": _apply_model, "end": _apply_end}
+_UPLOADS = {"artifact", "dict", "model"}
+
+
+def apply_record(client, run_id: str, record: Mapping) -> Any:
+    """Do in MLflow what one record says (a live `Run` call and `replay` both come here); returns what the call
+    returns (the registered model version for `model`)."""
+    if record["op"] not in _UPLOADS:
+        return _APPLY[record["op"]](client, run_id, record)
+    with _upload_timeout():
+        return _APPLY[record["op"]](client, run_id, record)
+
+
+# ---------------------------------------------------------------- outages: bounded waits, a spool, one warning
+
+_LIMITED: set[str] = set()  # the STAGE_HTTP_LIMITS this process set (and may lift for uploads)
+
+
+@contextlib.contextmanager
+def limited_http_waits() -> Iterator[None]:
+    """MLflow's HTTP retries, backoff and timeout cut to `STAGE_HTTP_LIMITS` for the body (where the user set
+    none), so that an unreachable server costs seconds instead of minutes."""
+    added = {name: value for name, value in STAGE_HTTP_LIMITS.items() if name not in os.environ}
+    os.environ.update(added)
+    _LIMITED.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+            _LIMITED.discard(name)
+
+
+@contextlib.contextmanager
+def _upload_timeout() -> Iterator[None]:
+    """MLflow's own timeout for an upload, where `limited_http_waits` shortened it: a healthy server answers an
+    upload only once it has stored the file."""
+    name = "MLFLOW_HTTP_REQUEST_TIMEOUT"
+    if name not in _LIMITED:
+        yield
+        return
+    os.environ[name] = UPLOAD_TIMEOUT
+    try:
+        yield
+    finally:
+        if name in _LIMITED:
+            os.environ[name] = STAGE_HTTP_LIMITS[name]
+
+
+_ERROR_CAUSES = [re.compile(r"\[Errno -?\d+\][^'\"()]*"),  # [Errno 111] Connection refused
+                 re.compile(r"(?:Read|Connect) timed out\.?(?: \((?:read|connect) timeout=[\d.]+\))?"),
+                 re.compile(r"too many \d+ error responses")]
+
+
+def describe_error(error: BaseException, limit: int = 200) -> str:
+    """The gist of a failed tracking call in one short line: the cause of a failed request when there is one (MLflow
+    wraps it in a paragraph about retries), else the error's type and first words."""
+    text = redact_url(" ".join(str(error).split()))
+    for cause in _ERROR_CAUSES:
+        found = cause.search(text)
+        if found:
+            return found.group(0).strip()
+    text = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def spool_dir(root: str | Path | None = None) -> Path:
+    """Where runs that lost MLflow keep their calls: `<repo root>/.star/mlflow-spool`."""
+    return repo_root(root) / SPOOL_DIR
+
+
+def pending_spools(root: str | Path | None = None) -> list[Path]:
+    """The spool files not replayed yet, oldest first."""
+    return sorted(spool_dir(root).glob("*.jsonl"), key=lambda path: (path.stat().st_mtime, path.name))
+
+
+def new_spool(label: str, start: Mapping[str, Any]) -> Path:
+    """Create `<stage>-<utc time>-<pid>.jsonl` in the spool folder, holding the run's start record."""
+    folder = spool_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", ".", label) or "run"
+    for attempt in range(1, 1000):
+        path = folder / f"{safe}-{stamp}-{os.getpid()}{'' if attempt == 1 else f'-{attempt}'}.jsonl"
+        try:
+            with path.open("x") as handle:
+                handle.write(json.dumps(dict(start)) + "\n")
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"could not create a spool file in {folder}")
+
+
+def append_record(path: Path, record: Mapping[str, Any]) -> None:
+    with path.open("a") as handle:
+        handle.write(json.dumps(dict(record)) + "\n")
+
+
+def read_spool(path: str | Path) -> list[dict]:
+    """The records of a spool file: the start record, then one per logging call (a last line cut short by a killed
+    process is left out)."""
+    from components.errors import UserError
+
+    lines = Path(path).read_text().splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):
+                raise UserError(f"{path} line {number} is not JSON: is it a spool file of a stage run?") from None
+    if not records or records[0].get("op") != "start":
+        raise UserError(f"{path} is not a spool file of a stage run (its first line is not an `op: start` record)")
+    return records
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working folder when it is inside it (shorter to copy into a command)."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def offline_warning(label: str, uri: str, error: BaseException, spool: Path) -> str:
+    """The one line a run prints when it loses MLflow."""
+    shown = display_path(spool)
+    return (f"[{label}] MLflow at {redact_url(uri)} unreachable ({describe_error(error)}): logging to {shown}; "
+            f"replay with `{REPLAY_COMMAND} {shown}`")
+
+
+# ---------------------------------------------------------------- runs
+
 @dataclass
 class Run:
-    """An open MLflow run addressed by id (safe to use from threads: no reliance on the active run)."""
+    """An MLflow run addressed by id (safe to use from threads: no reliance on the active run).
 
-    run_id: str
-    experiment_id: str
+    Tracking never fails the caller: the first call that MLflow does not take (unreachable, a server killed
+    mid-run) switches the run to its spool file with one line on stderr, and every later call goes to that file.
+    `run_id` is None when MLflow could not be reached when the run started.
+    """
+
+    run_id: str | None
+    experiment_id: str | None
+    label: str = "run"
+    start: dict = field(default_factory=dict, repr=False)  # what `replay` needs to create the run if it must
+    spool: Path | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @property
+    def offline(self) -> bool:
+        """Whether this run's calls go to its spool file instead of MLflow."""
+        return self.spool is not None
 
     def log_params(self, params: Any) -> None:
         """Log params flattened to dotted keys, secrets redacted."""
-        from mlflow.entities import Param
-
-        flat = redact(flatten(params))
-        items = [Param(key, value) for key, value in flat.items()]
-        for start in range(0, len(items), 100):
-            _client().log_batch(self.run_id, params=items[start:start + 100])
+        self._send({"op": "params", "params": redact(flatten(params))})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Log numeric metrics (nested dicts flattened to dotted names) at `step`."""
-        from mlflow.entities import Metric
-
-        stamp = int(time.time() * 1000)
-        items = [Metric(key, float(value), stamp, step or 0) for key, value in flatten(dict(metrics)).items()
-                 if isinstance(value, (int, float)) and not isinstance(value, bool)]
-        if items:
-            _client().log_batch(self.run_id, metrics=items)
+        values = numeric_metrics(metrics)
+        if values:
+            self._send({"op": "metrics", "metrics": values, "step": step or 0, "timestamp": now_ms()})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags (values redacted like params)."""
-        from mlflow.entities import RunTag
-
-        clean = redact(dict(tags))
-        _client().log_batch(self.run_id, tags=[RunTag(k, v) for k, v in clean.items()])
+        self._send({"op": "tags", "tags": redact(dict(tags))})
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         """Upload a file, or a folder's contents, as artifacts of this run."""
@@ -253,51 +479,143 @@ class Run:
         if not path.exists():
             raise FileNotFoundError(f"cannot log artifact {path}: it does not exist")
         if path.is_dir():
-            _client().log_artifacts(self.run_id, str(path), artifact_path=artifact_path or path.name)
-        else:
-            _client().log_artifact(self.run_id, str(path), artifact_path=artifact_path)
+            artifact_path = artifact_path or path.name
+        self._send({"op": "artifact", "path": str(path.resolve()), "artifact_path": artifact_path})
 
     def log_dict(self, data: Any, artifact_file: str) -> None:
         """Store a JSON-serialisable object as an artifact file."""
-        _client().log_dict(self.run_id, data, artifact_file)
+        self._send({"op": "dict", "data": data, "artifact_file": artifact_file})
 
     def log_model(self, model_dir: str | Path, registered_name: str | None = None,
                   alias: str = MODEL_ALIAS) -> int | None:
         """Log a Hugging Face model folder as artifacts under `model/`; register a version with `alias` if asked.
 
-        Returns the registered version number, or None when not registered.
+        Returns the registered version number, or None when not registered (or MLflow is unreachable).
         """
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").exists():
             raise FileNotFoundError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
-        client = _client()
-        client.log_artifacts(self.run_id, str(model_dir), artifact_path="model")
-        if not registered_name:
-            return None
-        from mlflow.exceptions import MlflowException
+        return self._send({"op": "model", "model_dir": str(model_dir.resolve()), "registered_name": registered_name,
+                           "alias": alias})
 
-        try:
-            client.create_registered_model(registered_name)
-        except MlflowException:
-            pass  # already registered: add a version
-        source = f"{client.get_run(self.run_id).info.artifact_uri}/model"
-        version = client.create_model_version(registered_name, source, run_id=self.run_id)
-        client.set_registered_model_alias(registered_name, alias, version.version)
-        return int(version.version)
+    def end(self, status: str = "FINISHED") -> None:
+        """End the run: FINISHED, FAILED or KILLED."""
+        self._send({"op": "end", "status": status, "end_time": now_ms()})
 
+    def go_offline(self, error: BaseException) -> None:
+        """From now on, spool every call; say so once, with the file and how to replay it."""
+        with self._lock:
+            if self.spool is not None:
+                return
+            self.spool = new_spool(self.label, {**self.start, "op": "start", "run_id": self.run_id,
+                                                "experiment_id": self.experiment_id})
+        print(offline_warning(self.label, tracking_uri(), error, self.spool), file=sys.stderr, flush=True)
+
+    def _send(self, record: dict) -> Any:
+        """Do `record` in MLflow, or append it to the spool once MLflow has failed this run."""
+        if self.spool is None:
+            try:
+                return apply_record(_client(), self.run_id, record)
+            except Exception as exc:  # whatever went wrong in MLflow, the stage goes on
+                self.go_offline(exc)
+        with self._lock:
+            append_record(self.spool, record)
+        return None
+
+
+# ---------------------------------------------------------------- runs of killed processes
+
+def process_tags() -> dict[str, str]:
+    """Who runs this run: the process id and host (to tell, later, that the process is gone)."""
+    return {"star.pid": str(os.getpid()), "star.host": socket.gethostname()}
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def is_orphaned(tags: Mapping[str, str], host: str, alive: Callable[[int], bool] = pid_alive) -> bool:
+    """Whether a RUNNING run's process is gone: it ran on `host` (this machine) and its pid is no longer alive."""
+    pid = tags.get("star.pid", "")
+    return tags.get("star.host") == host and pid.isdigit() and not alive(int(pid))
+
+
+def end_orphaned_runs(client, experiment_id: str, stage: str) -> list[str]:
+    """Mark KILLED the RUNNING runs of `stage` whose process on this host is gone (killed by SIGKILL, out of memory,
+    a reboot); returns their ids."""
+    host = socket.gethostname()
+    query = f"attributes.status = 'RUNNING' and tags.`star.stage` = '{stage}' and tags.`star.host` = '{host}'"
+    ended = []
+    for found in client.search_runs([experiment_id], filter_string=query, max_results=1000):
+        if is_orphaned(found.data.tags, host):
+            client.set_tag(found.info.run_id, "star.ended_by",
+                           f"the next start of stage {stage} (process {found.data.tags['star.pid']} was gone)")
+            client.set_terminated(found.info.run_id, status="KILLED")
+            ended.append(found.info.run_id)
+    if ended:
+        print(f"[{stage}] marked {len(ended)} earlier run(s) KILLED: their process on {host} is gone "
+              f"({', '.join(ended)})", file=sys.stderr)
+    return ended
+
+
+class Terminated(SystemExit):
+    """SIGTERM inside a stage run: unwinds the stage so that its run ends KILLED; exits with status 143."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _raise_terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the run's cleanup
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in the body, where nothing else handles it (the `star` CLI's own handler raises
+    KeyboardInterrupt, which also ends the run KILLED); only the main thread can handle signals."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def ending_status(error: BaseException) -> str:
+    """The status of a run whose body raised `error`: KILLED when stopped (SIGTERM, Ctrl-C), else FAILED."""
+    return "KILLED" if isinstance(error, (Terminated, KeyboardInterrupt)) else "FAILED"
+
+
+# ---------------------------------------------------------------- stage runs
 
 @contextlib.contextmanager
 def stage_run(stage: str, params: Any = None, tags: Mapping[str, Any] | None = None) -> Iterator[Run]:
     """Open the MLflow run of one stage: a child of `STAR_PARENT_RUN_ID` when set, else a top-level run.
 
-    The run is the process's active run (so library callbacks log into it); it ends FAILED if the body raises.
+    It ends FINISHED, FAILED if the body raises, KILLED on SIGTERM or Ctrl-C. MLflow being unreachable, at the start
+    or later, never fails the stage: the run goes on in its spool file (see `Run`).
     """
-    import mlflow
-
-    ensure_sqlite_store(tracking_uri())
-    with _process_tracking_uri(tracking_uri()):
-        with _active_stage_run(mlflow, stage, params, tags) as run:
+    with _process_tracking_uri(tracking_uri()), limited_http_waits(), sigterm_raises():
+        run = open_stage_run(stage, tags)
+        try:
+            if params is not None:
+                run.log_params(params)
             yield run
+        except BaseException as exc:
+            run.end(ending_status(exc))
+            raise
+        run.end("FINISHED")
 
 
 @contextlib.contextmanager
@@ -320,28 +638,86 @@ def _process_tracking_uri(uri: str) -> Iterator[None]:
             os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
-@contextlib.contextmanager
-def _active_stage_run(mlflow, stage: str, params: Any, tags: Mapping[str, Any] | None) -> Iterator[Run]:
-    """The body of `stage_run`, once the tracking URI is in place."""
+def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
+    """Create the stage's run (after marking its runs of dead processes KILLED); offline when MLflow fails."""
+    from mlflow.tracking.context.registry import resolve_tags
+
     parent_id = os.environ.get(PARENT_RUN_ENV) or None
+    run_tags = {**context_tags(stage), **process_tags(), **dict(tags or {})}
     if parent_id:
-        experiment_id = _client().get_run(parent_id).info.experiment_id
-    else:
-        experiment_id = ensure_experiment(experiment_name())
-    all_tags = {**context_tags(stage), **dict(tags or {})}
-    active = mlflow.start_run(experiment_id=experiment_id, run_name=stage, parent_run_id=parent_id,
-                              nested=parent_id is not None, tags=redact(all_tags))
-    run = Run(active.info.run_id, experiment_id)
-    print(f"[{stage}] MLflow run {run.run_id} in experiment '{experiment_name()}' at "
-          f"{redact_url(tracking_uri())}" + (f" (parent {parent_id})" if parent_id else ""), file=sys.stderr)
-    if params is not None:
-        run.log_params(params)
+        run_tags["mlflow.parentRunId"] = parent_id
+    start = {"op": "start", "run_name": stage, "experiment": experiment_name(), "parent_run_id": parent_id,
+             "tags": redact(resolve_tags(run_tags)), "start_time": now_ms()}
+    run = Run(None, None, label=stage, start=start)
     try:
-        yield run
-    except BaseException:
-        mlflow.end_run(status="FAILED")
+        client = _client()
+        experiment_id = client.get_run(parent_id).info.experiment_id if parent_id else ensure_experiment(
+            start["experiment"])
+        end_orphaned_runs(client, experiment_id, stage)
+        created = client.create_run(experiment_id, start_time=start["start_time"], tags=start["tags"],
+                                    run_name=stage)
+    except Exception as exc:  # unreachable (or refusing): the stage runs offline
+        run.go_offline(exc)
+        return run
+    run.run_id, run.experiment_id = created.info.run_id, experiment_id
+    print(f"[{stage}] MLflow run {run.run_id} in experiment '{start['experiment']}' at "
+          f"{redact_url(tracking_uri())}" + (f" (parent {parent_id})" if parent_id else ""), file=sys.stderr)
+    return run
+
+
+# ---------------------------------------------------------------- replay
+
+def _existing_run(client, run_id: str | None) -> str | None:
+    """`run_id` when that run exists in the store, else None (another store, or deleted)."""
+    from mlflow.exceptions import MlflowException
+
+    if not run_id:
+        return None
+    try:
+        client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
         raise
-    mlflow.end_run(status="FINISHED")
+    return run_id
+
+
+def _replay_run(client, start: Mapping[str, Any], spool: Path) -> str:
+    """A new run for a spool whose run MLflow never created (or no longer has)."""
+    tags = dict(start.get("tags") or {})
+    parent_id = _existing_run(client, start.get("parent_run_id"))
+    if parent_id:
+        experiment_id = client.get_run(parent_id).info.experiment_id
+    else:
+        tags.pop("mlflow.parentRunId", None)
+        experiment_id = ensure_experiment(start.get("experiment") or experiment_name())
+    if start.get("run_id"):
+        tags["star.original_run_id"] = start["run_id"]
+    created = client.create_run(experiment_id, start_time=start.get("start_time"), tags=tags,
+                                run_name=start.get("run_name") or spool.stem)
+    return created.info.run_id
+
+
+def replay(spool: str | Path) -> str:
+    """Put a spool file into MLflow: into its run when the store still has it, else into a new run (tagged
+    `star.replayed_from`); a run whose spool has no end ends KILLED. Renames the file to `*.replayed`; returns the
+    run id."""
+    spool = Path(spool)
+    start, *calls = read_spool(spool)
+    with _process_tracking_uri(tracking_uri()):
+        client = _client()
+        run_id = _existing_run(client, start.get("run_id")) or _replay_run(client, start, spool)
+        client.set_tag(run_id, "star.replayed_from", spool.name)
+        for record in calls:
+            try:
+                apply_record(client, run_id, record)
+            except FileNotFoundError as exc:  # an artifact deleted since: the rest still counts
+                print(f"replay {spool.name}: skipped {record['op']}: {exc}", file=sys.stderr)
+        if not any(record["op"] == "end" for record in calls):
+            last = max([start.get("start_time") or 0] + [r.get("timestamp", 0) for r in calls])
+            apply_record(client, run_id, {"op": "end", "status": "KILLED", "end_time": last or now_ms()})
+    spool.rename(spool.with_name(spool.name + ".replayed"))
+    return run_id
 
 
 @dataclass
@@ -367,7 +743,7 @@ class PipelineRun(Run):
         self.set_tags(tags)
         if seconds is not None:
             self.log_metrics({f"stage_seconds.{safe}": seconds})
-        if lock_hash and status == "ran":
+        if lock_hash and status == "ran" and not self.offline:
             for child in child_runs(self.run_id, stage):
                 Run(child.info.run_id, self.experiment_id).set_tags({"dvc.lock_hash": lock_hash})
 
@@ -398,7 +774,7 @@ def pipeline_run(name: str, params: Any = None, tags: Mapping[str, Any] | None =
     if parent_run_id:
         all_tags["mlflow.parentRunId"] = parent_run_id
     created = client.create_run(experiment_id, tags=redact(all_tags), run_name=name)
-    run = PipelineRun(created.info.run_id, experiment_id)
+    run = PipelineRun(created.info.run_id, experiment_id, label=name)
     print(f"MLflow parent run {run.run_id} ('{name}') in experiment '{experiment_name()}' at "
           f"{redact_url(tracking_uri())}", file=sys.stderr)
     if params is not None:

@@ -5,8 +5,11 @@ Prefect and MLflow are imported inside the handlers, so `star --help` stays inst
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -40,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     sweep = subparsers.add_parser("sweep", help="run ablation variants as DVC experiments under one MLflow run")
     sweep.add_argument("--variant", action="append", required=True, metavar="NAME=FILE:KEY=VALUE[,FILE:KEY=VALUE]",
-                       help="e.g. macro=params/rl.yaml:rl.reward=macro (repeat per variant)")
+                       help="e.g. macro=params/rl.yaml:rl.reward.kind=macro (repeat per variant)")
     sweep.add_argument("--experiment", help="MLflow experiment name")
     sweep.add_argument("--in-workspace", action="store_true", help="run in the workspace instead of a temp copy")
     sweep.set_defaults(handler=run_sweep)
@@ -57,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     deploy.set_defaults(handler=deploy_pipeline)
 
     ui = subparsers.add_parser("ui", help="print (or --start) the MLflow and Prefect UIs on 127.0.0.1")
-    ui.add_argument("--start", action="store_true", help="start both servers and wait (Ctrl-C stops them)")
+    ui.add_argument("--start", action="store_true", help="start both servers and wait (Ctrl-C or SIGTERM stops them)")
     ui.add_argument("--mlflow-port", type=int, default=MLFLOW_PORT)
     ui.add_argument("--prefect-port", type=int, default=PREFECT_PORT)
     ui.set_defaults(handler=show_ui)
@@ -127,7 +130,7 @@ def parse_variants(specs: list[str]) -> dict[str, list[str]]:
         name, sep, overrides = spec.partition("=")
         if not sep or not name or ":" not in overrides or "=" not in overrides:
             raise UserError(f"bad --variant '{spec}': expected NAME=FILE:KEY=VALUE, "
-                            "e.g. macro=params/rl.yaml:rl.reward=macro")
+                            "e.g. macro=params/rl.yaml:rl.reward.kind=macro")
         variants[name] = overrides.split(",")
     return variants
 
@@ -184,7 +187,8 @@ def show_ui(args: argparse.Namespace) -> int:
 
     root = _project_root()
     commands = ui_commands(root, args.mlflow_port, args.prefect_port)
-    urls = {"mlflow": f"http://127.0.0.1:{args.mlflow_port}", "prefect": f"http://127.0.0.1:{args.prefect_port}"}
+    ports = {"mlflow": args.mlflow_port, "prefect": args.prefect_port}
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     if os.environ.get("MLFLOW_TRACKING_URI", "").startswith("http"):
         print(f"MLflow server: {redact_url(os.environ['MLFLOW_TRACKING_URI'])}")
         commands.pop("mlflow")
@@ -193,15 +197,66 @@ def show_ui(args: argparse.Namespace) -> int:
     print(f"then: export PREFECT_API_URL={urls['prefect']}/api")
     if not args.start:
         return 0
-    processes = [subprocess.Popen(command, cwd=root) for command in commands.values()]
+    for name in commands:
+        if port_in_use(ports[name]):
+            raise UserError(f"port {ports[name]} on 127.0.0.1 is already in use, so the {name} server cannot start: "
+                            f"stop what listens there or pass --{name}-port with a free port")
+    return serve(commands, root)
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something already listens on host:port (a server started there fails: `Address already in use`)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do: TIME_WAIT is no obstacle
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def serve(commands: dict[str, list[str]], cwd: Path) -> int:
+    """Run the servers until Ctrl-C or SIGTERM (0) or until one exits by itself (1); either way stop them all.
+
+    Each server leads its own process group, so stopping one stops what it started too (mlflow's uvicorn workers
+    and job consumers outlive a terminated `mlflow ui`)."""
+    servers = {name: subprocess.Popen(command, cwd=cwd, start_new_session=True) for name, command in commands.items()}
     try:
-        while all(p.poll() is None for p in processes):
+        while all(process.poll() is None for process in servers.values()):
             time.sleep(1)
     except KeyboardInterrupt:
-        pass
+        return 0
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=30)
-    return 0
+        stop_process_groups(list(servers.values()))
+    name, process = next((name, p) for name, p in servers.items() if p.returncode is not None)
+    print(f"star ui: error: the {name} server exited with code {process.returncode} (its log is above)",
+          file=sys.stderr)
+    return 1
+
+
+def stop_process_groups(leaders: list[subprocess.Popen], timeout: float = 20) -> None:
+    """SIGTERM the process groups these processes lead; SIGKILL what is left of them after `timeout` seconds."""
+    def signal_groups(sig: signal.Signals) -> None:
+        for leader in leaders:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(leader.pid, sig)
+
+    signal_groups(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for leader in leaders:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            leader.wait(timeout=max(0.0, deadline - time.monotonic()))
+    while time.monotonic() < deadline and any(_group_alive(leader.pid) for leader in leaders):
+        time.sleep(0.2)  # the leader is gone; its children may still be finishing
+    signal_groups(signal.SIGKILL)
+    for leader in leaders:
+        leader.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether the process group `pgid` still has a process (a zombie counts until it is reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

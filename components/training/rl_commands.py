@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def rl(args: argparse.Namespace) -> int:
-    """Run the rl stage inside one MLflow child run: every step's metrics, then the reward curve and the model."""
+    """Run the rl stage inside one MLflow child run: every step's metrics, then the reward curve and the model. A run
+    that resumes from a checkpoint is tagged with the run it continues (`star.resumed_from_run`)."""
     from components import tracking
     from components.params import load_section
     from components.training.rl.params import RLParams
@@ -40,7 +41,7 @@ def rl(args: argparse.Namespace) -> int:
                     eval_queries=args.eval_queries)
     with tracking.stage_run("rl", params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm}) as run:
-        summary = train(params, paths, log=run.log_metrics)
+        summary = train(params, paths, log=run.log_metrics, tag=run.set_tags, run_id=run.run_id)
         run.log_metrics({f"summary.{k}": v for k, v in summary.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
         run.log_artifact(paths.metrics)

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +187,255 @@ def test_stage_processes_started_together_on_a_fresh_sqlite_store_all_log(tmp_pa
     assert sorted(r.info.run_name for r in runs) == ["stage0", "stage1", "stage2"]
     assert tracking.sqlite_path(uri) == tmp_path / "mlflow.db"
     assert tracking.sqlite_path("http://127.0.0.1:5000") is None
+
+
+# ---------------------------------------------------------------- tracking outages never cost a stage
+
+def closed_port_uri() -> str:
+    """An http tracking URI on 127.0.0.1 where nothing listens (connections are refused at once)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def warnings_in(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "unreachable" in line]
+
+
+def test_describe_error_gives_the_cause_of_a_failed_request_in_one_line():
+    refused = ("API request to http://127.0.0.1:9/api/2.0/mlflow/runs/log-batch failed with exception "
+               "HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /api/2.0/mlflow/runs/"
+               "log-batch (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at 0x7f>: "
+               "Failed to establish a new connection: [Errno 111] Connection refused'))")
+    assert tracking.describe_error(RuntimeError(refused)) == "[Errno 111] Connection refused"
+    hung = "HTTPConnectionPool(host='127.0.0.1', port=9): Read timed out. (read timeout=8)"
+    assert tracking.describe_error(TimeoutError(hung)) == "Read timed out. (read timeout=8)"
+    other = tracking.describe_error(ValueError("line one\nline two " + "x" * 500))
+    assert other.startswith("ValueError: line one line two") and "\n" not in other and len(other) <= 200
+
+
+def test_a_run_of_a_dead_process_on_this_host_is_orphaned_and_others_are_not():
+    alive = {100}.__contains__
+    assert tracking.is_orphaned({"star.host": "gpu-1", "star.pid": "200"}, "gpu-1", alive)
+    assert not tracking.is_orphaned({"star.host": "gpu-1", "star.pid": "100"}, "gpu-1", alive)  # still running
+    assert not tracking.is_orphaned({"star.host": "gpu-2", "star.pid": "200"}, "gpu-1", alive)  # cannot tell
+    assert not tracking.is_orphaned({}, "gpu-1", alive)  # a run of an older version: no pid recorded
+
+
+def test_world_build_with_an_unreachable_tracking_server_finishes_in_seconds_and_spools_its_metrics(tmp_path):
+    """`star world build` against a closed port used to retry for 251 s, then die with a traceback."""
+    import subprocess
+    import sys
+    import time
+
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "world.yaml").write_text("world:\n  source: synthetic\n  states: 3\n  holdout_states: 0\n"
+                                         "  flight_id_digits: 5\n")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": closed_port_uri(), "STAR_EXPERIMENT": "outage",
+           "OMP_NUM_THREADS": "1"}
+    for name in ("DVC_ROOT", tracking.PARENT_RUN_ENV, "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        env.pop(name, None)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "components.cli", "world", "build", "--params", "world.yaml",
+                           "--out", "w"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    seconds = time.monotonic() - start
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "w" / "manifest.json").exists() and "Traceback" not in done.stderr
+    warning, = warnings_in(done.stderr)
+    spool, = (tmp_path / ".star" / "mlflow-spool").glob("world-*.jsonl")
+    assert f"star mlflow replay {spool.relative_to(tmp_path)}" in warning
+    records = tracking.read_spool(spool)
+    assert records[0]["op"] == "start" and records[0]["run_id"] is None and records[0]["experiment"] == "outage"
+    assert [r["op"] for r in records[1:]] == ["params", "metrics", "artifact", "end"]
+    assert records[2]["metrics"]["rows/flights"] > 0 and records[-1]["status"] == "FINISHED"
+    print(f"world build with an unreachable MLflow: {seconds:.1f} s")
+    assert seconds < 45, seconds  # the stage's own work plus a few seconds of refused connections
+
+
+def test_a_spool_replays_into_a_new_run_with_everything_the_stage_logged(sqlite_store, monkeypatch, capsys):
+    from mlflow.tracking import MlflowClient
+
+    from components.cli import main
+
+    (sqlite_store / "curve.csv").write_text("step,loss\n0,1.0\n")
+    store = tracking.tracking_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", closed_port_uri())
+    with tracking.stage_run("sft", params={"sft": {"epochs": 3, "api_key": "sk-param-secret"}}) as run:
+        for step, loss in enumerate([1.0, 0.5]):
+            run.log_metrics({"train": {"loss": loss}}, step=step)
+        run.set_tags({"star.note": "offline"})
+        run.log_artifact(sqlite_store / "curve.csv", artifact_path="plots")
+    assert run.run_id is None and len(warnings_in(capsys.readouterr().err)) == 1
+    spool, = tracking.pending_spools()
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # MLflow is back
+    assert main(["mlflow", "replay"]) == 0
+    assert tracking.pending_spools() == [] and spool.with_name(spool.name + ".replayed").exists()
+    client = MlflowClient(store)
+    replayed, = client.search_runs([tracking.ensure_experiment("star")])
+    assert replayed.info.run_name == "sft" and replayed.info.status == "FINISHED"
+    assert replayed.data.params == {"sft.epochs": "3", "sft.api_key": "***"}
+    assert replayed.data.tags["star.note"] == "offline" and replayed.data.tags["star.replayed_from"] == spool.name
+    history = client.get_metric_history(replayed.info.run_id, "train.loss")
+    assert [(m.step, m.value) for m in history] == [(0, 1.0), (1, 0.5)]
+    assert [a.path for a in client.list_artifacts(replayed.info.run_id, "plots")] == ["plots/curve.csv"]
+    assert main(["mlflow", "replay"]) == 0 and "nothing to replay" in capsys.readouterr().out
+
+
+def test_replaying_a_missing_spool_file_says_where_the_pending_ones_are(sqlite_store, capsys):
+    from components.cli import main
+
+    assert main(["mlflow", "replay", "nope.jsonl"]) == 2
+    assert ".star/mlflow-spool" in capsys.readouterr().err
+
+
+@pytest.fixture
+def killable_mlflow_server(tmp_path, mlflow_db):
+    """A real `mlflow server` on 127.0.0.1 (artifacts proxied to a local folder) that a test can kill and restart."""
+    from integration.conftest import free_port, launch, stop, wait_until_up
+
+    port, work = free_port(), tmp_path / "server"
+    work.mkdir()
+    command = ["mlflow", "server", "--backend-store-uri", f"sqlite:///{mlflow_db}", "--artifacts-destination",
+               str(work / "artifacts"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+
+    class Server:
+        url = f"http://127.0.0.1:{port}"
+        process = None
+
+        def start(self):
+            self.process = launch([str(Path(sys.executable).parent / command[0]), *command[1:]], work, {})
+            wait_until_up(f"{self.url}/health", self.process, work / "server.log")
+
+        def kill(self):
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    server = Server()
+    server.start()
+    try:
+        yield server
+    finally:
+        stop(server.process)
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_run_costs_one_warning_and_the_replay_completes_the_same_run(
+        sqlite_store, killable_mlflow_server, monkeypatch, capsys):
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    from components.cli import main
+
+    (sqlite_store / "curve.csv").write_text("step,loss\n")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", killable_mlflow_server.url)
+    for name in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+    with tracking.stage_run("rl", params={"lr": 0.1}) as run:
+        for step in range(6):
+            if step == 3:
+                killable_mlflow_server.kill()
+                killed = time.monotonic()
+            run.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+        run.log_artifact(sqlite_store / "curve.csv")
+    outage_seconds = time.monotonic() - killed
+    with capsys.disabled():
+        print(f"3 steps, an artifact and the end after the server was killed: {outage_seconds:.1f} s")
+    assert outage_seconds < 30, outage_seconds
+    warning, = warnings_in(capsys.readouterr().err)
+    assert killable_mlflow_server.url in warning
+    spool, = tracking.pending_spools()
+    records = tracking.read_spool(spool)
+    assert records[0]["run_id"] == run.run_id
+    assert [(r["op"], r.get("step")) for r in records[1:]] == [("metrics", 3), ("metrics", 4), ("metrics", 5),
+                                                               ("artifact", None), ("end", None)]
+
+    killable_mlflow_server.start()  # the server is back: the replay finishes the run it started
+    assert main(["mlflow", "replay", str(spool)]) == 0
+    client = MlflowClient(killable_mlflow_server.url)
+    assert [m.step for m in client.get_metric_history(run.run_id, "loss")] == [0, 1, 2, 3, 4, 5]
+    assert client.get_run(run.run_id).info.status == "FINISHED"
+    assert [a.path for a in client.list_artifacts(run.run_id)] == ["curve.csv"]
+
+
+@pytest.mark.slow
+def test_a_server_that_stops_answering_costs_about_30_seconds_once(sqlite_store, monkeypatch, capsys):
+    """A server that accepts connections but never answers (hung, or a dead host behind a proxy)."""
+    import socket
+    import time
+
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{hung.getsockname()[1]}")
+        start = time.monotonic()
+        with tracking.stage_run("sft") as run:
+            for step in range(5):
+                run.log_metrics({"loss": 1.0}, step=step)
+        seconds = time.monotonic() - start
+    with capsys.disabled():
+        print(f"a stage run against a server that never answers: {seconds:.1f} s")
+    assert seconds < 40, seconds
+    warning, = warnings_in(capsys.readouterr().err)
+    assert "timed out" in warning
+    assert [r["step"] for r in tracking.read_spool(tracking.pending_spools()[0]) if r["op"] == "metrics"] == [
+        0, 1, 2, 3, 4]
+
+
+def test_the_next_start_of_a_stage_marks_its_runs_of_dead_processes_killed(sqlite_store, capsys):
+    import socket
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    experiment_id = tracking.ensure_experiment("star")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+
+    def running(stage: str, pid: int, on: str = host) -> str:
+        tags = {"star.stage": stage, "star.pid": str(pid), "star.host": on}
+        return client.create_run(experiment_id, tags=tags, run_name=stage).info.run_id
+
+    killed = running("rl", gone.pid)
+    alive, elsewhere, other_stage = running("rl", os.getpid()), running("rl", gone.pid, "another-host"), running(
+        "sft", gone.pid)
+    with tracking.stage_run("rl") as run:
+        pass
+    assert client.get_run(killed).info.status == "KILLED"
+    assert "marked 1 earlier run(s) KILLED" in capsys.readouterr().err
+    assert [client.get_run(r).info.status for r in (alive, elsewhere, other_stage)] == ["RUNNING"] * 3
+    tags = client.get_run(run.run_id).data.tags
+    assert tags["star.pid"] == str(os.getpid()) and tags["star.host"] == host
+
+
+_STAGE_UNTIL_TERMINATED = """
+import time
+from components import tracking
+with tracking.stage_run("rl") as run:
+    print(run.run_id, flush=True)
+    while True:
+        time.sleep(0.1)
+"""
+
+
+def test_a_stage_stopped_with_sigterm_ends_its_run_killed(sqlite_store):
+    import subprocess
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    stage = subprocess.Popen([sys.executable, "-c", _STAGE_UNTIL_TERMINATED], cwd=sqlite_store,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = stage.stdout.readline().strip()
+    stage.send_signal(signal.SIGTERM)
+    stage.communicate(timeout=60)
+    assert stage.returncode == 128 + signal.SIGTERM
+    assert MlflowClient().get_run(run_id).info.status == "KILLED"

@@ -7,10 +7,12 @@ Per step:
   3. score each trajectory with the strict evaluator and the STAR reward (kind from params; progress = step/total);
   4. group-relative advantages;
   5. PPO-style update(s) with gradient accumulation, grad clipping and the LR schedule; push weights to the engine;
-  6. log every metric to MLflow, append a row to plots/rl/rewards.csv, checkpoint every k steps;
+  6. append a row to plots/rl/rewards.csv, checkpoint every k steps, then log every metric to MLflow (after the
+     checkpoint: a tracking stall or crash never costs a finished step);
   7. with `rl.eval.every`, decode the held-out queries greedily (step 0, every k steps, the last step) and score them
      as the validate stage does (`run_validation`): MLflow `eval/*` and a row of plots/rl/eval.csv.
-On start it resumes from the newest complete checkpoint: a killed run restarts without redoing finished steps.
+On start it resumes from the newest complete checkpoint: a killed run restarts without redoing finished steps, and
+its MLflow run links to the one it continues (`star.resumed_from_run`: the run id kept in the checkpoint).
 """
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "ha
                   "success", "format_error_rate"]
 EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass"]
 LogFn = Callable[[dict, int], None]
+TagFn = Callable[[dict], None]
+RUN_ID_KEY = "mlflow_run_id"  # in a checkpoint's state: the MLflow run that trained up to it
 
 
 @dataclass
@@ -348,10 +352,22 @@ def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], train
     }
 
 
+def resume_tags(state: ckpt.TrainState) -> dict:
+    """Tags of a run that resumes from `state`: the run it continues (when that one was tracked) and the step."""
+    tags = {"star.resumed_from_step": state.step}
+    if state.extra.get(RUN_ID_KEY):
+        tags["star.resumed_from_run"] = state.extra[RUN_ID_KEY]
+    return tags
+
+
 def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: None,
-          progress_bar: bool = True) -> dict:
+          progress_bar: bool = True, tag: TagFn = lambda tags: None, run_id: str | None = None) -> dict:
     """Run (or resume) RL training; write the final model, metrics/rl.json and plots/rl/rewards.csv; return the
-    summary written to metrics/rl.json."""
+    summary written to metrics/rl.json.
+
+    `log(metrics, step)` and `tag(tags)` report to the tracking run `run_id`, which the checkpoints remember so that
+    a resumed run is tagged with the run it continues.
+    """
     from tqdm.auto import tqdm
 
     from components.models.checkpoints import save_checkpoint as save_hf
@@ -376,24 +392,25 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         optimizer.load(resume_dir)
         ckpt.restore_checkpoint_rng(resume_dir)
         print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
+        tag(resume_tags(state))
+    run_id = run_id or state.extra.get(RUN_ID_KEY)  # an untracked part links the next one to the last tracked one
     cursor = QueryCursor.from_state(state.cursor, len(queries), params.seed)
     history = list(state.history)
     write_rewards_csv(paths.rewards_csv, history)  # `dvc repro` deleted it; the checkpoint's rows come back
     eval_history = list(state.extra.get("eval_history", []))
 
-    def evaluate(step: int) -> float:
-        """Greedy evaluation after `step`: log it, add its row to eval.csv; returns the seconds it took."""
+    def evaluate(step: int) -> dict[str, float]:
+        """Greedy evaluation after `step`: add its row to eval.csv; returns its metrics and the seconds it took."""
         start = time.perf_counter()
         row = eval_row(step, evaluate_greedy(engine, held_out))
         eval_history.append(row)
         write_eval_csv(paths.eval_csv, eval_history)
-        log(eval_metrics(row), step)
-        return time.perf_counter() - start
+        return {**eval_metrics(row), "time/eval_s": time.perf_counter() - start}
 
     write_eval_csv(paths.eval_csv, eval_history)  # header only when rl.eval is off: DVC expects the file
     if held_out is not None:
         if state.step == 0:
-            log({"time/eval_s": evaluate(0)}, 0)
+            log(evaluate(0), 0)
 
     totals = {"rollout_tokens": 0.0, "rollout_seconds": 0.0, "update_tokens": 0.0, "update_seconds": 0.0}
     bar = tqdm(range(state.step + 1, total_steps + 1), desc="rl", unit="step", disable=not progress_bar,
@@ -429,12 +446,12 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         parts.sync.push(optimizer.unwrap())
         update_seconds = time.perf_counter() - update_start
 
-        # 6. log, reward curve, checkpoint
+        # 6. reward curve, checkpoint, then log
         seconds = {"rollout": batch.rollout_seconds - engine.evaluation_seconds, "reward": reward_seconds,
                    "update": update_seconds, "step": time.perf_counter() - step_start}
         metrics = step_metrics(batch, stats, seconds, len(scored))
         metrics.update({"progress/epoch": cursor.epoch, "progress/fraction": progress})
-        log(metrics, step)
+        to_log = [metrics]
         row = csv_row(step, metrics)
         history.append(row)
         append_rewards_csv(paths.rewards_csv, row)
@@ -445,13 +462,16 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
         out_of_time = params.max_minutes is not None and time.perf_counter() - wall_start > params.max_minutes * 60
         if held_out is not None and evaluation_due(step, params.eval.every, step if out_of_time else total_steps):
-            log({"time/eval_s": evaluate(step)}, step)
+            to_log.append(evaluate(step))
         if step % params.checkpoint_every == 0 or step == total_steps or out_of_time:
             ckpt.save_checkpoint(
                 paths.checkpoints, ckpt.TrainState(step=step, cursor=cursor.state(), history=history,
-                                                   extra={"eval_history": eval_history, "fingerprint": inputs}),
+                                                   extra={"eval_history": eval_history, "fingerprint": inputs,
+                                                          RUN_ID_KEY: run_id}),
                 save_model=lambda d: save_hf(optimizer.unwrap(), parts.tokenizer, d, stage="rl", step=step),
                 save_optimizer=optimizer.save, keep=params.keep_checkpoints)
+        for logged in to_log:  # after the checkpoint: a tracking outage never costs a finished step
+            log(logged, step)
         if out_of_time:
             print(f"[rl] stopping after step {step} of {total_steps}: rl.max_minutes={params.max_minutes} reached")
             break

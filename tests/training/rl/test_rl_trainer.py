@@ -64,13 +64,17 @@ def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny
 def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_steps(tmp_path, tiny_model_dir,
                                                                                   tiny_world_dir, rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    train(RLParams.model_validate(TINY), paths, progress_bar=False)
-    assert [s for s, _ in complete_checkpoints(paths.checkpoints)] == [1, 2]
+    saved_when_logged = []  # a step's checkpoint exists before its metrics go to tracking (which may hang or die)
+    train(RLParams.model_validate(TINY), paths, run_id="run-1", progress_bar=False,
+          log=lambda metrics, step: saved_when_logged.append(
+              (step, [s for s, _ in complete_checkpoints(paths.checkpoints)])))
+    assert saved_when_logged == [(1, [1]), (2, [1, 2])]
     paths.rewards_csv.unlink()  # `dvc repro` deletes the stage's outputs; the checkpoint's history restores them
-    seen = []
-    summary = train(RLParams.model_validate({**TINY, "max_steps": 3}), paths,
-                    log=lambda metrics, step: seen.append(step), progress_bar=False)
+    seen, tags = [], []
+    summary = train(RLParams.model_validate({**TINY, "max_steps": 3}), paths, run_id="run-2",
+                    log=lambda metrics, step: seen.append(step), tag=tags.append, progress_bar=False)
     assert seen == [3] and summary["resumed_from_step"] == 2
+    assert tags == [{"star.resumed_from_run": "run-1", "star.resumed_from_step": 2}]  # the run links to its first part
     assert read_steps(paths.rewards_csv) == [1, 2, 3]
 
 
@@ -285,6 +289,16 @@ def test_sigkill_mid_run_then_rerun_resumes_and_loses_no_step(tmp_path, tiny_mod
     summary = json.loads(paths.metrics.read_text())
     assert summary["resumed_from_step"] == killed_at and summary["steps"] == total
     assert (paths.out / "config.json").exists()
+
+    # in MLflow: the killed run is not left RUNNING, and the second run links to it
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("rl-test")
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+    assert [r.info.status for r in runs] == ["KILLED", "FINISHED"]
+    assert runs[1].data.tags["star.resumed_from_run"] == runs[0].info.run_id
+    assert runs[1].data.tags["star.resumed_from_step"] == str(killed_at)
 
 
 def test_grpo_learns_a_one_token_bandit(small_model_factory, smol_tokenizer):
