@@ -7,6 +7,7 @@ function; heavy libraries (torch, transformers, mlflow, prefect) are imported in
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -51,6 +52,33 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"star {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        message = storage_error(exc, getattr(args, "out", None))
+        if message is None:
+            raise
+        print(f"star {args.command}: error: {message}", file=sys.stderr)
+        return 1
+
+
+# errno -> what to do about it, for the storage failures a stage can hit while writing its outputs
+STORAGE_ERRORS = {
+    errno.ENOSPC: "free some space (or point the output elsewhere) and rerun",
+    errno.EDQUOT: "free some of your quota (or point the output elsewhere) and rerun",
+    errno.EACCES: "make it writable for this user, or choose another output path",
+    errno.EPERM: "make it writable for this user, or choose another output path",
+    errno.EROFS: "the file system is read-only: choose another output path",
+}
+
+
+def storage_error(exc: OSError, out: object = None) -> str | None:
+    """One line for a disk-full or unwritable-path error, naming the file (or else the command's `--out`); None for
+    other OS errors, which keep their traceback."""
+    advice = STORAGE_ERRORS.get(exc.errno)
+    if advice is None:
+        return None
+    target = exc.filename or out
+    where = f" {target}" if target else ""
+    return f"cannot write{where}: {exc.strerror or exc}; {advice}"
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", choices=("official", "strict", "both"), default="both")
     parser.add_argument("--out", required=True, help="metrics JSON to write")
     parser.add_argument("--raw", action="store_true",
-                        help="score plan fields exactly as written (no removal of '; Cost: 14'-style suffixes), "
+                        help="score plans exactly as written (no key, list or '; Cost: 14'-style rewriting), "
                              "as the public evaluator sees them")
     parser.set_defaults(handler=run_evaluate)
 
