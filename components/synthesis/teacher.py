@@ -6,6 +6,7 @@ and a rerun skips every idx already there, so a crash loses no finished trajecto
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -115,19 +116,38 @@ def settings_path(out: Path) -> Path:
     return out.with_name(out.name + ".settings.json")
 
 
-def check_resumable(out: Path, params: TeacherParams) -> None:
-    """Refuse to resume an output written with other teacher settings; record the settings for the next run."""
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def input_hashes(world: Any, queries: list[Query]) -> dict[str, Any]:
+    """sha256 of the world (its manifest: table hashes and generator params) and of each query, by idx."""
+    manifest = {k: v for k, v in dict(getattr(world, "manifest", None) or {}).items() if k != "created"}
+    return {"world": digest(manifest), "queries": {str(q.idx): digest(q.to_dict()) for q in queries}}
+
+
+def check_resumable(out: Path, params: TeacherParams, inputs: dict[str, Any] | None = None) -> None:
+    """Refuse to resume an output written with other teacher settings, another world or other queries under the
+    same idx (`input_hashes`; more queries is fine); record them for the next run."""
     # what shapes the trajectories; where the endpoint lives and how it is called (URL, retries...) does not
     settings = params.model_dump(mode="json", exclude={"limit", "batch_size", "endpoint"})
     if params.endpoint is not None:
         settings["endpoint"] = {"model": params.endpoint.model, "temperature": params.endpoint.temperature}
+    inputs = dict(inputs or {})
+    query_hashes = inputs.pop("queries", {})
+    settings.update(inputs)
     sidecar = settings_path(out)
     if out.exists() and out.stat().st_size and sidecar.exists():
         previous = json.loads(sidecar.read_text())
-        if previous != settings:
-            changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
-            raise UserError(f"{out} was written with other teacher settings ({', '.join(changed)} changed); "
-                            "rerun with --fresh to start over, or restore the old settings to resume it")
+        previous_queries = previous.pop("queries", {})
+        changed = sorted(k for k in set(previous) | set(settings) if previous.get(k) != settings.get(k))
+        if any(previous_queries.get(idx, h) != h for idx, h in query_hashes.items()):
+            changed.append("queries")
+        if changed:
+            raise UserError(f"{out} was written with other teacher settings or inputs ({', '.join(changed)} "
+                            "changed); rerun with --fresh to start over, or restore the old ones to resume it")
+        query_hashes = {**previous_queries, **query_hashes}
+    settings["queries"] = query_hashes
     out.parent.mkdir(parents=True, exist_ok=True)
     sidecar.write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
 
@@ -143,7 +163,7 @@ def teach(world: Any, queries: list[Query], params: TeacherParams, out: Path, pr
 
     started = time.perf_counter()
     queries = queries[: params.limit] if params.limit else queries
-    check_resumable(out, params)
+    check_resumable(out, params, input_hashes(world, queries))
     done = {r["idx"] for r in read_finished(out)}
     todo = [q for q in queries if q.idx not in done]
     policy = make_policy(params)

@@ -101,3 +101,19 @@ def test_resuming_with_other_teacher_settings_is_refused(tiny_world, tiny_splits
     assert summary["resumed"] == 1 and summary["generated"] == 1  # batch size does not change trajectories
     with pytest.raises(UserError, match="mistake_rate changed.*--fresh"):
         teach(tiny_world, queries, TeacherParams(mistake_rate=0.5), out, progress=False)
+
+
+def test_resuming_on_another_world_or_changed_queries_is_refused(tiny_world, hinted_world, tiny_splits, tmp_path):
+    import dataclasses
+
+    from components.errors import UserError
+
+    queries = tiny_splits[0]["sft"][:2]
+    out = tmp_path / "teacher.jsonl"
+    teach(tiny_world, queries[:1], TeacherParams(), out, progress=False)
+    with pytest.raises(UserError, match=r"\(world changed\).*--fresh"):
+        teach(hinted_world, queries, TeacherParams(), out, progress=False)
+    edited = [dataclasses.replace(queries[0], budget=queries[0].budget + 1), queries[1]]
+    with pytest.raises(UserError, match=r"\(queries changed\)"):
+        teach(tiny_world, edited, TeacherParams(), out, progress=False)
+    assert teach(tiny_world, queries, TeacherParams(), out, progress=False)["resumed"] == 1  # the same ones resume
