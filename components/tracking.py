@@ -638,11 +638,52 @@ def _process_tracking_uri(uri: str) -> Iterator[None]:
             os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
+def dvc_launcher_tags() -> dict[str, str]:
+    """Tags naming the `dvc repro` / `dvc exp run` process that started this stage, through shells (empty when
+    something else started it: a person, a script, `star run`, which sets the parent run itself)."""
+    from components import lifeline
+
+    launcher = lifeline.find_launcher(lifeline.ancestors(os.getpid()))
+    if launcher is None or launcher.name.split(".")[0] != "dvc":
+        return {}
+    return {"star.launcher": "dvc", "star.launcher_pid": str(launcher.pid),
+            "star.launcher_start": str(launcher.start_time), "star.host": socket.gethostname()}
+
+
+def dvc_parent_run(client, experiment_id: str, launcher: Mapping[str, str]) -> str:
+    """The parent run of the stages one dvc process runs: its first stage creates it ("dvc repro"), the others find
+    it by the launcher tags. Parents of dvc processes that are gone are ended first (FINISHED: each stage's own run
+    says how it ended)."""
+    from components import lifeline
+
+    running = client.search_runs([experiment_id], max_results=100,
+                                 filter_string="tags.`star.launcher` = 'dvc' and attributes.status = 'RUNNING'")
+    mine = None
+    for run in running:
+        tags = run.data.tags
+        if all(tags.get(key) == value for key, value in launcher.items()):
+            mine = mine or run.info.run_id
+            continue
+        if tags.get("star.host") != launcher["star.host"]:
+            continue
+        process = lifeline.read_process(int(tags.get("star.launcher_pid", "0") or 0))
+        if process is None or str(process.start_time) != tags.get("star.launcher_start") or process.state == "Z":
+            client.set_terminated(run.info.run_id, "FINISHED")
+    if mine:
+        return mine
+    return client.create_run(experiment_id, run_name="dvc repro",
+                             tags={**redact({k: v for k, v in context_tags(None).items() if k != "dvc.stage"}),
+                                   **launcher}).info.run_id
+
+
 def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
-    """Create the stage's run (after marking its runs of dead processes KILLED); offline when MLflow fails."""
+    """Create the stage's run (after marking its runs of dead processes KILLED); offline when MLflow fails. Under
+    `star run` the flow's run is its parent; under plain `dvc repro` the run of that dvc process
+    (`dvc_parent_run`)."""
     from mlflow.tracking.context.registry import resolve_tags
 
     parent_id = os.environ.get(PARENT_RUN_ENV) or None
+    launcher = {} if parent_id else dvc_launcher_tags()
     run_tags = {**context_tags(stage), **process_tags(), **dict(tags or {})}
     if parent_id:
         run_tags["mlflow.parentRunId"] = parent_id
@@ -653,6 +694,9 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
         client = _client()
         experiment_id = client.get_run(parent_id).info.experiment_id if parent_id else ensure_experiment(
             start["experiment"])
+        if launcher:
+            parent_id = start["parent_run_id"] = dvc_parent_run(client, experiment_id, launcher)
+            start["tags"]["mlflow.parentRunId"] = parent_id
         end_orphaned_runs(client, experiment_id, stage)
         created = client.create_run(experiment_id, start_time=start["start_time"], tags=start["tags"],
                                     run_name=stage)

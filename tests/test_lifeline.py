@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from components import lifeline
 from components.lifeline import Process
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
@@ -210,3 +213,32 @@ def test_a_stage_that_swallows_the_interrupt_still_exits_after_the_grace_period(
         launcher.wait()
         if stage is not None and lifeline.is_alive(stage):
             os.kill(stage.pid, signal.SIGKILL)
+
+
+def test_a_plain_dvc_repro_groups_its_stage_runs_under_one_parent_run(tmp_path):
+    """Like `star run`, a plain `dvc repro` gets one parent run: its first stage creates it, the next ones join it,
+    and the next repro ends it (its dvc process is gone) and starts its own."""
+    from mlflow.tracking import MlflowClient
+
+    root = tmp_path / "project"
+    root.mkdir()
+    env = star_environment()
+    for command in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"]):
+        subprocess.run(command, cwd=root, check=True, capture_output=True, env=env)
+    shutil.copy(REPO / "params" / "world.yaml", root / "world.yaml")
+    stages = {name: {"cmd": f"star world build --params world.yaml --out {name} && echo {name}", "outs": [name]}
+              for name in ("first", "second")}
+    stages["second"]["deps"] = ["first"]
+    (root / "dvc.yaml").write_text(json.dumps({"stages": stages}))
+    for _ in range(2):
+        subprocess.run([str(BIN / "dvc"), "repro", "--force"], cwd=root, check=True, capture_output=True, env=env,
+                       timeout=300)
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()], order_by=["start_time ASC"])
+    parents = [r for r in runs if r.data.tags.get("star.launcher") == "dvc"]
+    stage_runs = [r for r in runs if r.data.tags.get("star.stage") == "world"]
+    assert len(parents) == 2 and len(stage_runs) == 4
+    for parent, pair in zip(parents, (stage_runs[:2], stage_runs[2:])):
+        assert {r.data.tags["mlflow.parentRunId"] for r in pair} == {parent.info.run_id}
+    assert parents[0].info.status == "FINISHED"  # ended by the second repro's first stage
