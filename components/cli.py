@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
         return getattr(exc, "exit_code", 130)  # 143 after SIGTERM (lifeline.Terminated)
-    except UserError as exc:
+    except UserError as exc:  # bad input, params or environment: exit 1 (2 is argparse's usage error)
         print(f"star {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return 1
     except OSError as exc:
         message = storage_error(exc, getattr(args, "out", None))
         if message is None:

@@ -29,3 +29,12 @@ def test_unwritable_outputs_say_what_to_do(number, advice):
 
 def test_other_os_errors_keep_their_traceback():
     assert storage_error(OSError(errno.ECONNREFUSED, "refused")) is None
+
+
+def test_exit_codes_say_whose_mistake_it_was(tmp_path, capsys):
+    """2: the command line itself (argparse); 1: the input, params or environment it names."""
+    with pytest.raises(SystemExit) as usage:
+        main(["evaluate", "--no-such-option"])
+    assert usage.value.code == 2
+    assert main(["world", "build", "--params", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "w")]) == 1
+    assert "missing.yaml" in capsys.readouterr().err

@@ -65,7 +65,7 @@ def test_the_evaluation_stages_chain_from_qa_data_to_the_report(tiny_checkpoint,
 
 
 def test_a_missing_params_file_is_a_user_error_naming_the_file(tmp_path: Path, capsys):
-    assert main(["qa", "build", "--params", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "qa")]) == 2
+    assert main(["qa", "build", "--params", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "qa")]) == 1
     assert "nope.yaml does not exist" in capsys.readouterr().err
 
 

@@ -288,7 +288,7 @@ def test_a_spool_replays_into_a_new_run_with_everything_the_stage_logged(sqlite_
 def test_replaying_a_missing_spool_file_says_where_the_pending_ones_are(sqlite_store, capsys):
     from components.cli import main
 
-    assert main(["mlflow", "replay", "nope.jsonl"]) == 2
+    assert main(["mlflow", "replay", "nope.jsonl"]) == 1
     assert ".star/mlflow-spool" in capsys.readouterr().err
 
 

@@ -78,7 +78,7 @@ def test_ui_start_on_a_busy_port_fails_in_one_line_before_starting_anything(proj
                                 env=ui_environment(project, marker), timeout=120)
     left = live_processes_with(marker)
     kill_all(left)
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"star ui: error: port {port} on 127.0.0.1 is already in use, so the prefect server cannot start: stop what "
         "listens there or pass --prefect-port with a free port"]

@@ -42,7 +42,7 @@ def test_a_missing_input_is_a_clear_user_error(tmp_path, capsys):
     (tmp_path / "filter.yaml").write_text("filter: {}\n")
     code = main(["filter", "--params", str(tmp_path / "filter.yaml"), "--in", str(tmp_path / "none.jsonl"),
                  "--out", str(tmp_path / "sft")])
-    assert code == 2 and "run `star teach`" in capsys.readouterr().err
+    assert code == 1 and "run `star teach`" in capsys.readouterr().err
 
 
 def test_star_teach_never_shows_the_endpoint_password_in_its_output_or_in_mlflow(tiny_world_dir, tiny_splits,
@@ -66,7 +66,7 @@ def test_star_teach_never_shows_the_endpoint_password_in_its_output_or_in_mlflow
                  "--queries", str(queries), "--out", str(tmp_path / "traj.jsonl"),
                  "--metrics", str(tmp_path / "teacher.json")])
     printed = capsys.readouterr()
-    assert code == 2 and f"http://***@127.0.0.1:{port}/v1" in printed.err
+    assert code == 1 and f"http://***@127.0.0.1:{port}/v1" in printed.err
     assert "s3cret" not in printed.out + printed.err
     client = MlflowClient(tracking_uri=uri)
     [run] = client.search_runs([client.get_experiment_by_name("redaction-test").experiment_id])
@@ -77,7 +77,7 @@ def test_star_filter_names_the_file_and_line_of_a_malformed_trajectory(tmp_path,
     trajectories = tmp_path / "teacher.jsonl"
     trajectories.write_text('{"idx": 1}\n\n{"idx": 2, "messages": [\n{"idx": 3}\n')
     assert main(["filter", "--params", "params/filter.yaml", "--in", str(trajectories),
-                 "--out", str(tmp_path / "sft")]) == 2
+                 "--out", str(tmp_path / "sft")]) == 1
     err = capsys.readouterr().err
     assert f"{trajectories}:3: not valid JSON" in err and "Traceback" not in err
     assert not (tmp_path / "sft").exists()

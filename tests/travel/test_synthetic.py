@@ -114,7 +114,7 @@ def test_star_world_build_then_star_tool(tmp_path, capsys):
     capsys.readouterr()
     assert main(["tool", "--world", str(tmp_path / "w"), "SearchCity", json_.dumps({"state": state})]) == 0
     assert capsys.readouterr().out.startswith(f"Cities in {state} (")
-    assert main(["tool", "--world", str(tmp_path / "w"), "SearchCity", "{not json"]) == 2
+    assert main(["tool", "--world", str(tmp_path / "w"), "SearchCity", "{not json"]) == 1
     assert "arguments must be a JSON object" in capsys.readouterr().err
 
 
