@@ -19,6 +19,29 @@ REAL_PRESETS = ("qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
 OTHER_PRESETS = (*REAL_PRESETS, "smoke")  # every preset tiny must switch back from
 
 
+def tiny_params(dest: Path) -> Path:
+    """A copy of params/ switched to tiny: the tests do not depend on which preset the checkout has active."""
+    shutil.copytree(REPO / "params", dest)
+    apply_preset("tiny", dest)
+    return dest
+
+
+def committed_params(dest: Path) -> Path:
+    """params/ as committed (HEAD), whatever the working tree holds; skips outside a git checkout."""
+    import subprocess
+    import tarfile
+
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", "HEAD", "params"], capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip("not a git checkout: the committed params cannot be read")
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest.parent / "committed", filter="data")
+    shutil.move(dest.parent / "committed" / "params", dest)
+    return dest
+
+
 def leaves(tree: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in tree.items():
@@ -109,7 +132,7 @@ def test_real_presets_follow_the_paper_recipe():
 
 @pytest.mark.parametrize("name", OTHER_PRESETS)
 def test_every_preset_leaves_params_that_the_stages_accept(name, tmp_path):
-    shutil.copytree(REPO / "params", tmp_path / "params")
+    tiny_params(tmp_path / "params")
     apply_preset(name, tmp_path / "params")
     assert check_params(tmp_path / "params") == []
     apply_preset("tiny", tmp_path / "params")
@@ -122,7 +145,7 @@ def test_switching_back_to_tiny_restores_every_value_of_the_params_files(name, t
         return {f.name: yaml.safe_load(f.read_text()) for f in (tmp_path / "params").glob("*.yaml")
                 if f.name != "preset.yaml"}
 
-    shutil.copytree(REPO / "params", tmp_path / "params")
+    tiny_params(tmp_path / "params")
     before = values()
     assert apply_preset(name, tmp_path / "params") != []
     apply_preset("tiny", tmp_path / "params")
@@ -137,8 +160,8 @@ def test_smoke_shrinks_every_step_budget_of_the_tiny_pipeline():
     assert (tiny["model.kind"], smoke["model.kind"]) == ("pretrained", "random")  # smoke: SmolLM2's shape, 2 layers
 
 
-def test_tiny_is_the_current_params_defaults(tmp_path):
-    shutil.copytree(REPO / "params", tmp_path / "params")
+def test_tiny_is_the_committed_params_defaults(tmp_path):
+    committed_params(tmp_path / "params")
     existing = {f.stem for f in (tmp_path / "params").glob("*.yaml")}
     changes = apply_preset("tiny", tmp_path / "params")
     assert [str(c) for c in changes if Path(c.file).stem in existing] == []
