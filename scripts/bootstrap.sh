@@ -4,6 +4,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# bubblewrap isolates the Python tool of the Tool-Star environment (components/toolstar/sandbox.py). Best effort: as
+# root with apt-get only; without it the sandbox refuses to run and says how to install it.
+if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+    || echo "note: could not install bubblewrap (apt-get install bubblewrap); the Tool-Star python tool needs it" >&2
+fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
