@@ -21,8 +21,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the sample project is a test fixture: tests/orchestration/sample_project.py
 
-from components.orchestration.sample_project import make_sample_project  # noqa: E402
+from orchestration.sample_project import make_sample_project  # noqa: E402
 
 DVC = str(Path(sys.executable).parent / "dvc")
 

@@ -16,6 +16,7 @@ from components.errors import UserError
 
 COMMAND_MODULES = [
     "components.orchestration.commands",
+    "flows.commands",
     "components.travel.commands",
     "components.travel.eval_commands",
     "components.synthesis.commands",

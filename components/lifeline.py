@@ -10,6 +10,7 @@ cleanup run. A `star` typed at a shell has no launcher and is left alone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -127,8 +128,6 @@ def _set_parent_death_signal(sig: int) -> None:
     """Linux: have the kernel send `sig` to us when our parent dies (0 clears it); elsewhere nothing."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
-
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
+from ruamel.yaml import YAML
 
 from components.errors import UserError
 
 M = TypeVar("M", bound=BaseModel)
+ACTIVE_PRESET_FILE = "preset.yaml"  # in params/: the preset `star preset use` last applied
 
 
 class ParamsError(UserError):
@@ -59,3 +61,12 @@ def parse_section(data: dict[str, Any], key: str, model: type[M], source: str = 
 def load_section(path: str | Path, key: str, model: type[M]) -> M:
     """Load and validate section `key` of the YAML file at `path`."""
     return parse_section(read_yaml(path), key, model, source=str(path))
+
+
+def active_preset(params_dir: Path) -> str | None:
+    """The preset recorded in `params_dir/preset.yaml` by the last `star preset use`, or None."""
+    path = Path(params_dir) / ACTIVE_PRESET_FILE
+    if not path.exists():
+        return None
+    data = YAML(typ="safe").load(path.read_text()) or {}
+    return str(data["preset"]) if isinstance(data, dict) and data.get("preset") else None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import json
 import os
 import re
@@ -39,7 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import mlflow
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+from mlflow.tracking import MlflowClient
+from mlflow.tracking._tracking_service import utils as tracking_service_utils
+from mlflow.tracking.context.registry import resolve_tags
+
+from components import lifeline
 from components.environ import snapshot as environ_snapshot
+from components.errors import UserError
+from components.params import active_preset as recorded_preset
 from components.redact import REDACTED, is_secret_key, redact_url
 
 PARENT_RUN_ENV = "STAR_PARENT_RUN_ID"
@@ -90,9 +102,7 @@ def active_preset(root: str | Path | None = None) -> str | None:
     """`STAR_PRESET`, else the preset recorded in params/preset.yaml by `star preset use`."""
     if os.environ.get(PRESET_ENV):
         return os.environ[PRESET_ENV]
-    from components.orchestration.presets import active_preset as recorded
-
-    return recorded(repo_root(root) / "params")
+    return recorded_preset(repo_root(root) / "params")
 
 
 def experiment_name(root: str | Path | None = None) -> str:
@@ -176,8 +186,6 @@ def context_tags(stage: str | None = None, root: Path | None = None) -> dict[str
 # ---------------------------------------------------------------- runs
 
 def _client():
-    from mlflow.tracking import MlflowClient
-
     uri = tracking_uri()
     ensure_sqlite_store(uri)
     return MlflowClient(tracking_uri=uri)
@@ -200,10 +208,6 @@ def ensure_sqlite_store(uri: str) -> None:
     path = sqlite_path(uri)
     if path is None or uri in _READY_STORES:
         return
-    import fcntl
-
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
@@ -219,8 +223,6 @@ _READY_STORES: set[str] = set()
 
 def ensure_experiment(name: str) -> str:
     """The id of experiment `name`, created if absent (safe when several stage processes race to create it)."""
-    from mlflow.exceptions import MlflowException
-
     client = _client()
     for _ in range(5):
         found = client.get_experiment_by_name(name)
@@ -246,23 +248,17 @@ def numeric_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 # ---------------------------------------------------------------- what one logging call does
 
 def _apply_params(client, run_id: str, record: Mapping) -> None:
-    from mlflow.entities import Param
-
     items = [Param(key, value) for key, value in record["params"].items()]
     for start in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
         client.log_batch(run_id, params=items[start:start + 100])
 
 
 def _apply_metrics(client, run_id: str, record: Mapping) -> None:
-    from mlflow.entities import Metric
-
     client.log_batch(run_id, metrics=[Metric(key, value, record["timestamp"], record["step"])
                                       for key, value in record["metrics"].items()])
 
 
 def _apply_tags(client, run_id: str, record: Mapping) -> None:
-    from mlflow.entities import RunTag
-
     client.log_batch(run_id, tags=[RunTag(key, value) for key, value in record["tags"].items()])
 
 
@@ -281,8 +277,6 @@ def _apply_dict(client, run_id: str, record: Mapping) -> None:
 
 
 def _apply_model(client, run_id: str, record: Mapping) -> int | None:
-    from mlflow.exceptions import MlflowException
-
     model_dir, name = Path(record["model_dir"]), record["registered_name"]
     if not (model_dir / "config.json").exists():
         raise FileNotFoundError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
@@ -406,8 +400,6 @@ def append_record(path: Path, record: Mapping[str, Any]) -> None:
 def read_spool(path: str | Path) -> list[dict]:
     """The records of a spool file: the start record, then one per logging call (a last line cut short by a killed
     process is left out)."""
-    from components.errors import UserError
-
     lines = Path(path).read_text().splitlines()
     records = []
     for number, line in enumerate(lines, 1):
@@ -625,10 +617,7 @@ def _process_tracking_uri(uri: str) -> Iterator[None]:
     `mlflow.set_tracking_uri` is global (it also writes `MLFLOW_TRACKING_URI`): left set, it would send every later
     `MlflowClient()` of a long-lived process (a notebook, a test session) to this run's store.
     """
-    import mlflow
-    from mlflow.tracking._tracking_service import utils
-
-    previous, previous_env = utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
+    previous, previous_env = tracking_service_utils._tracking_uri, os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
     try:
         yield
@@ -641,8 +630,6 @@ def _process_tracking_uri(uri: str) -> Iterator[None]:
 def dvc_launcher_tags() -> dict[str, str]:
     """Tags naming the `dvc repro` / `dvc exp run` process that started this stage, through shells (empty when
     something else started it: a person, a script, `star run`, which sets the parent run itself)."""
-    from components import lifeline
-
     launcher = lifeline.find_launcher(lifeline.ancestors(os.getpid()))
     if launcher is None or launcher.name.split(".")[0] != "dvc":
         return {}
@@ -654,8 +641,6 @@ def dvc_parent_run(client, experiment_id: str, launcher: Mapping[str, str]) -> s
     """The parent run of the stages one dvc process runs: its first stage creates it ("dvc repro"), the others find
     it by the launcher tags. Parents of dvc processes that are gone are ended first (FINISHED: each stage's own run
     says how it ended)."""
-    from components import lifeline
-
     running = client.search_runs([experiment_id], max_results=100,
                                  filter_string="tags.`star.launcher` = 'dvc' and attributes.status = 'RUNNING'")
     mine = None
@@ -680,8 +665,6 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
     """Create the stage's run (after marking its runs of dead processes KILLED); offline when MLflow fails. Under
     `star run` the flow's run is its parent; under plain `dvc repro` the run of that dvc process
     (`dvc_parent_run`)."""
-    from mlflow.tracking.context.registry import resolve_tags
-
     parent_id = os.environ.get(PARENT_RUN_ENV) or None
     launcher = {} if parent_id else dvc_launcher_tags()
     run_tags = {**context_tags(stage), **process_tags(), **dict(tags or {})}
@@ -713,8 +696,6 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
 
 def _existing_run(client, run_id: str | None) -> str | None:
     """`run_id` when that run exists in the store, else None (another store, or deleted)."""
-    from mlflow.exceptions import MlflowException
-
     if not run_id:
         return None
     try:

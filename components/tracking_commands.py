@@ -1,10 +1,14 @@
-"""`star mlflow replay`: put into MLflow what stage runs logged while it was unreachable (their spool files)."""
+"""`star mlflow replay`: put into MLflow what stage runs logged while it was unreachable (their spool files).
+
+`components.tracking` (MLflow) is imported inside the handler, so `star --help` stays instant.
+"""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 from components.errors import UserError
+from components.redact import redact_url
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,7 +24,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def replay_handler(args: argparse.Namespace) -> int:
     from components import tracking
-    from components.redact import redact_url
 
     folder = tracking.display_path(tracking.spool_dir())
     spools = args.spools or tracking.pending_spools()

@@ -11,6 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from prefect import Flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+from prefect.schedules import Cron
+
+from flows.pipeline import pipeline
+
 DEFAULT_CRON = "0 2 * * *"  # nightly at 02:00
 DEFAULT_POOL = "star"
 ENTRYPOINT = "flows/pipeline.py:pipeline"
@@ -31,10 +39,6 @@ def deployment_parameters(preset: str | None, stages: list[str] | None, experime
 
 def ensure_process_pool(name: str) -> None:
     """Create a `process` work pool (runs flows as subprocesses on the worker's machine) unless it exists."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
     with get_client(sync_client=True) as client:
         try:
             client.read_work_pool(name)
@@ -49,9 +53,6 @@ def register(root: Path, name: str = "nightly", cron: str = DEFAULT_CRON, work_p
              preset: str | None = None, stages: list[str] | None = None, experiment: str | None = None,
              timezone: str = "UTC") -> str:
     """Register the scheduled pipeline deployment on `work_pool`; return the deployment id."""
-    from prefect import Flow
-    from prefect.schedules import Cron
-
     ensure_process_pool(work_pool)
     flow = Flow.from_source(source=str(root), entrypoint=ENTRYPOINT)
     deployment_id = flow.deploy(
@@ -66,6 +67,4 @@ def register(root: Path, name: str = "nightly", cron: str = DEFAULT_CRON, work_p
 def serve(root: Path, name: str = "nightly", cron: str = DEFAULT_CRON, preset: str | None = None,
           stages: list[str] | None = None, experiment: str | None = None) -> None:
     """Serve the scheduled deployment from this process (blocks; Ctrl-C stops it)."""
-    from flows.pipeline import pipeline
-
     pipeline.serve(name=name, cron=cron, parameters=deployment_parameters(preset, stages, experiment, root))

@@ -16,22 +16,22 @@ import threading
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+from prefect.concurrency.sync import concurrency
+from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from components import tracking
+from components.errors import UserError
 from components.orchestration import gpus as gpu_slots
 from components.orchestration.graph import StageNode, lock_hash, read_graph, select
-from components.errors import UserError
 from components.orchestration.presets import apply_preset, check_params
 from components.orchestration.stages import StageFailed, StageOutcome, run_stage
 
 
 def ensure_gpu_limit(slots: int, name: str = gpu_slots.GPU_LIMIT) -> int:
     """Create the global concurrency limit `name` with `slots` slots unless it exists; return its size."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
     with get_client(sync_client=True) as client:
         try:
             return client.read_global_concurrency_limit_by_name(name).limit
@@ -67,8 +67,6 @@ def reproduce(node: StageNode, root: str, env: dict[str, str], parent_run_id: st
     parent = tracking.PipelineRun(parent_run_id, experiment_id)
     try:
         if node.gpus:
-            from prefect.concurrency.sync import concurrency
-
             with _local_slots(slots).hold(node.gpus), concurrency(gpu_slots.GPU_LIMIT, occupy=node.gpus):
                 with gpu_slots.claim_devices(node.gpus, gpu_slots.visible_gpus()) as devices:
                     logger.info("stage %s holds %d gpu slot(s), devices %s", node.name, node.gpus, devices or "cpu")

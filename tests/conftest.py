@@ -8,6 +8,13 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1] / "../shared/data/travelplanner"
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tiers: a test marked neither `slow` nor `integration` is `quick` (`pytest -m quick` while developing)."""
+    for item in items:
+        if not any(item.get_closest_marker(name) for name in ("slow", "integration")):
+            item.add_marker(pytest.mark.quick)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The read-only real TravelPlanner data (database/ and fixtures/); skips the test when absent."""

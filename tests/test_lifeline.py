@@ -124,6 +124,7 @@ def star_environment() -> dict[str, str]:
             "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow
 def test_sigterm_stops_a_star_command_like_ctrl_c(tmp_path):
     fifo = tmp_path / "world.yaml"
     os.mkfifo(fifo)
@@ -144,6 +145,7 @@ def test_sigterm_stops_a_star_command_like_ctrl_c(tmp_path):
     "star world build --params params.fifo --out world",  # the shell execs star: dvc is its parent
     "star world build --params params.fifo --out world && echo built",  # the shell waits between dvc and star
 ])
+@pytest.mark.slow
 def test_a_killed_dvc_repro_takes_its_star_stage_with_it(tmp_path, cmd):
     root = tmp_path / "project"
     root.mkdir()
@@ -185,9 +187,12 @@ _STAGE_THAT_IGNORES_INTERRUPTS = """
 import os, time
 from components import lifeline
 with lifeline.held("stubborn", poll_seconds=0.1, grace_seconds=1):
-    print(os.getpid(), flush=True)
+    announced = False
     while True:
-        try:
+        try:  # the pid is printed inside the try: the launcher is killed as soon as the test reads it
+            if not announced:
+                announced = True
+                print(os.getpid(), flush=True)
             time.sleep(600)
         except KeyboardInterrupt:
             print("caught", flush=True)
@@ -215,6 +220,7 @@ def test_a_stage_that_swallows_the_interrupt_still_exits_after_the_grace_period(
             os.kill(stage.pid, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_a_plain_dvc_repro_groups_its_stage_runs_under_one_parent_run(tmp_path):
     """Like `star run`, a plain `dvc repro` gets one parent run: its first stage creates it, the next ones join it,
     and the next repro ends it (its dvc process is gone) and starts its own."""

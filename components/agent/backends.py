@@ -4,7 +4,7 @@ otherwise. RL rollouts and evaluation both build their policy here.
     sampling = Sampling(temperature=1.0, top_p=1.0, seed=0)
     policy = checkpoint_policy("models/sft", tokenizer, sampling, backend="auto", device="cuda")
 
-Heavy libraries (torch, transformers, vllm) are imported only when a backend is built.
+vLLM, an optional GPU dependency, is imported only when its backend is built (`components/agent/vllm_backend.py`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from components.agent import vllm_backend
+from components.agent.hf import HFPolicy
 from components.agent.types import Policy
+from components.models import loading
 
 BACKENDS = ("auto", "hf", "vllm")
 
@@ -51,9 +54,7 @@ def resolve_backend(backend: str, device: str | None = None) -> str:
         return backend
     if not vllm_available():
         return "hf"
-    from components.models.loading import resolve_device
-
-    return "vllm" if resolve_device(device).startswith("cuda") else "hf"
+    return "vllm" if loading.resolve_device(device).startswith("cuda") else "hf"
 
 
 def checkpoint_policy(checkpoint: str | Path, tokenizer, sampling: Sampling, backend: str = "auto",
@@ -63,18 +64,13 @@ def checkpoint_policy(checkpoint: str | Path, tokenizer, sampling: Sampling, bac
     vLLM loads the checkpoint into its own engine. Transformers samples from `model` when given (RL samples with the
     very model it trains), else from the checkpoint loaded on `device` (None: the default device)."""
     if resolve_backend(backend, device) == "vllm":
-        from components.agent.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(str(checkpoint), tokenizer=tokenizer, temperature=sampling.temperature,
-                          top_p=sampling.top_p, greedy=sampling.greedy, seed=sampling.seed, dtype=sampling.dtype,
-                          max_model_len=sampling.max_model_len,
-                          gpu_memory_utilization=sampling.gpu_memory_utilization)
-    from components.agent.hf import HFPolicy
+        return vllm_backend.VLLMPolicy(str(checkpoint), tokenizer=tokenizer, temperature=sampling.temperature,
+                                       top_p=sampling.top_p, greedy=sampling.greedy, seed=sampling.seed,
+                                       dtype=sampling.dtype, max_model_len=sampling.max_model_len,
+                                       gpu_memory_utilization=sampling.gpu_memory_utilization)
 
     if model is None:
-        from components.models.loading import load_policy_model
-
-        model = load_policy_model(checkpoint, dtype=sampling.dtype, device=device)
+        model = loading.load_policy_model(checkpoint, dtype=sampling.dtype, device=device)
     return HFPolicy(model, tokenizer, temperature=sampling.temperature, top_p=sampling.top_p, greedy=sampling.greedy,
                     seed=sampling.seed, max_batch_size=sampling.max_batch_size, chunk_tokens=sampling.chunk_tokens,
                     decoder=sampling.decoder)

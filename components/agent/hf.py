@@ -1,7 +1,7 @@
 """The transformers policy backend: token-in/token-out generation for the loop on CPU (and small GPU runs).
 
 Every request of a turn goes through ONE left-padded `generate` call (or a few, if `max_batch_size` splits them):
-batching the active episodes is what makes CPU rollouts affordable (TRAINING.md).
+batching the active episodes is what makes CPU rollouts affordable.
 
 With `chunk_tokens`, a turn is decoded in rounds of at most that many tokens, and each round batches only the
 episodes still writing: `generate` keeps computing every row of its batch until the LAST one ends, so one turn that
@@ -21,10 +21,16 @@ batch cache and `torch.multinomial`: 1.27x the greedy validation speed on 2 core
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import inspect
+from dataclasses import dataclass, field, replace
 
+import torch
+from transformers import DynamicCache, StaticCache
+
+from components.agent import lean_decode
 from components.agent.lean_decode import common_prefix_length
 from components.agent.types import TurnRequest, TurnResult
+from components.models.loading import end_of_turn_id
 
 
 DECODERS = ("auto", "lean", "generate")
@@ -34,8 +40,6 @@ def filtered_probs(scaled_logits, top_k: int, top_p: float):
     """softmax(scaled_logits) restricted as transformers' top-k and top-p warpers restrict it (top_k 0 and top_p 1:
     unrestricted): the k most likely tokens, then the smallest set of the most likely whose mass reaches top_p
     (always at least one token); renormalised by the draw, not here."""
-    import torch
-
     probs = torch.softmax(scaled_logits, dim=-1)
     if top_k and top_k < probs.shape[-1]:
         kth = torch.topk(probs, top_k, dim=-1).values[:, -1:]
@@ -74,8 +78,6 @@ def cut_at_end_of_turn(ids: list[int], end_id: int, max_new_tokens: int) -> tupl
 def cache_kwarg(forward) -> str:
     """The keyword that passes a key/value cache to a model's `forward` (and its `generate`): transformers 5.24
     renamed `past_key_values` to `cache` (the old name warns, and goes in 5.40); older releases know only the old."""
-    import inspect
-
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
@@ -126,9 +128,6 @@ class HFPolicy:
     def __init__(self, model, tokenizer, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  greedy: bool = False, seed: int = 0, max_batch_size: int | None = None, reuse_cache: bool = True,
                  static_cache: bool = True, chunk_tokens: int | None = None, decoder: str = "auto"):
-        from components.agent import lean_decode
-        from components.models.loading import end_of_turn_id
-
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}: use one of {', '.join(DECODERS)}")
         if decoder == "lean" and not lean_decode.supports(model):
@@ -196,8 +195,6 @@ class HFPolicy:
 
     def _round(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult | None]:
         """`generate_round`'s decoding (caches already checked by the caller)."""
-        from dataclasses import replace
-
         turns = [self._partial_turn(request) for request in requests]
         size = self.max_batch_size or len(requests) or 1
         out: list[TurnResult | None] = []
@@ -256,7 +253,6 @@ class HFPolicy:
     def _generate_batch(self, requests: list[TurnRequest], caching: bool) -> list[TurnResult]:
         if caching and self.lean:
             return self._lean_batch(requests)
-        import torch
 
         device = next(self.model.parameters()).device
         ids, mask = left_pad([r.token_ids for r in requests], self.pad_id)
@@ -298,10 +294,6 @@ class HFPolicy:
         """Decode every request's turn with `lean_decode`: advance each episode's buffers to its context but the last
         token, then one batched step a token over the rows still writing; a row leaves when it samples the
         end-of-turn token or reaches its `max_new_tokens`."""
-        import torch
-
-        from components.agent import lean_decode
-
         caches = [self.rows.setdefault(r.episode_id, lean_decode.RowCache.empty(self.model)) for r in requests]
         was_training = self.model.training
         self.model.eval()
@@ -332,8 +324,6 @@ class HFPolicy:
         """The next token of every row and its log-probability under the sampling distribution (logits / temperature,
         before top-k/top-p; greedy: the plain distribution): argmax, or an inverse-CDF draw from the filtered
         distribution (what `generate` samples from, without `torch.multinomial`'s cost)."""
-        import torch
-
         logits = logits.float()
         if self.greedy:
             tokens = logits.argmax(dim=-1)
@@ -351,9 +341,6 @@ class HFPolicy:
     def _extend(self, episode_id: str, prefix: list[int]) -> EpisodeCache:
         """The episode's cache advanced to cover exactly `prefix`: reuse the longest common prefix of the old
         cache, run the model on the rest (one unpadded sequence)."""
-        import torch
-        from transformers import DynamicCache
-
         old = self.caches.get(episode_id)
         keep = common_prefix_length(old.ids, prefix) if old else 0
         layers = [(k[:, :, :keep], v[:, :, :keep]) for k, v in old.layers] if old and keep else []
@@ -375,9 +362,6 @@ class HFPolicy:
         A static (preallocated) cache: each decoded token is written in place. A growing cache concatenates every
         layer's keys and values once per token, which at batch 16 and ~3K-token contexts copies hundreds of MB per
         token and halves the decode speed on CPU (benchmarks/RESULTS.md)."""
-        import torch
-        from transformers import DynamicCache, StaticCache
-
         entries = [self._extend(r.episode_id, list(r.token_ids[:-1])) for r in requests]
         if not all(entry.layers for entry in entries):
             return None  # a one-token context: nothing to reuse, generate prefills
@@ -410,8 +394,6 @@ class HFPolicy:
 
     def _sampled_logprobs(self, logits, sampled):
         """log p(sampled token) under the sampling distribution: log_softmax(logits / temperature)."""
-        import torch
-
         scale = 1.0 if self.greedy else self.temperature
         log_probs = torch.log_softmax(logits.float() / scale, dim=-1)
         return log_probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1)

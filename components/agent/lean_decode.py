@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 SUPPORTED_MODEL_TYPES = ("qwen2", "llama")
 INITIAL_CAPACITY = 512  # tokens of key/value room a row starts with; it doubles when full
 
@@ -49,8 +51,6 @@ class RowCache:
 
     @classmethod
     def empty(cls, model, capacity: int = INITIAL_CAPACITY) -> "RowCache":
-        import torch
-
         config = model.config
         dim = head_dim(config)
         dtype = next(model.parameters()).dtype
@@ -77,8 +77,6 @@ class RowCache:
 
     def reserve(self, length: int) -> None:
         """Make room for `length` positions, doubling the buffers as often as needed."""
-        import torch
-
         capacity = self.values[0].shape[1]
         if length <= capacity:
             return
@@ -98,8 +96,6 @@ def head_dim(config) -> int:
 
 def rotate(x, cos, sin):
     """The rotary embedding as transformers' `apply_rotary_pos_emb` computes it: x * cos + rotate_half(x) * sin."""
-    import torch
-
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
@@ -108,8 +104,6 @@ def attend(query, keys_t, values, scale: float, causal_from: int | None):
     """softmax(q K^T * scale) V for one row: `query` [heads, q_len, dim], `keys_t` [kv_heads, dim, kv_len] (the keys
     transposed), `values` [kv_heads, kv_len, dim].
     With `causal_from` = kv_len - q_len, query i sees keys 0 .. causal_from + i (a prefill); None: every key."""
-    import torch
-
     heads, q_len, dim = query.shape
     kv_heads, kv_len = keys_t.shape[0], keys_t.shape[2]
     group = heads // kv_heads
@@ -128,8 +122,6 @@ def attend_one_each(q, k, v, caches: list[RowCache], starts: list[int], index: i
     at its position `starts[i]` and attends over its positions 0 .. starts[i]. `q` [rows, heads, dim], `k`/`v`
     [rows, kv_heads, dim]; returns [rows, heads, dim]. The decoding step's hot loop, so it does only what `attend`
     does for q_len 1, in place where it can."""
-    import torch
-
     rows, heads, dim = q.shape
     kv_heads = k.shape[1]
     grouped = q.view(rows, kv_heads, heads // kv_heads, dim)
@@ -150,8 +142,6 @@ def forward_rows(model, caches: list[RowCache], new_ids: list[list[int]], logits
     Rows are batched through every projection and MLP (their new tokens concatenated) and attend one at a time over
     their own buffers. Returns the logits after each row's last new token, [rows, vocab] (`logits="last"`), after
     every new token, a list of [len(new_ids[i]), vocab] ("all"), or nothing (None: only the caches advance)."""
-    import torch
-
     inner = model.model
     config = model.config
     heads, kv_heads, dim = config.num_attention_heads, config.num_key_value_heads, head_dim(config)

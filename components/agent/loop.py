@@ -27,8 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from tqdm.auto import tqdm
+
 from components.agent import tokens as tok
 from components.agent.types import Policy, TurnRequest, TurnResult
+from components.travel.env import TravelEnv
+from components.travel.evaluator import evaluate_both
 
 TERMINATIONS = ("answer", "turn_limit", "context_limit", "token_limit", "protocol_errors")
 
@@ -292,8 +296,6 @@ def run_episodes(
     `evaluate(episode, record)` fills `record["evaluation"]` when an episode ends; `on_finished(record)` is called
     right after (the teacher appends the record to its output there, so a crash loses no finished trajectory).
     """
-    from tqdm.auto import tqdm
-
     records: list[dict | None] = [None] * len(episodes)
     active: list[tuple[int, EpisodeState]] = []
     bar = tqdm(total=len(episodes), desc="episodes", unit="ep", disable=not progress)
@@ -330,13 +332,11 @@ def run_episodes(
     return [r for r in records if r is not None]
 
 
-# ---- the travel environment's glue (imports stay lazy so other environments need none of it) ----------------------
+# ---- the travel environment's glue ---------------------------------------------------------------------------------
 
 def travel_episodes(world: Any, queries: list, failure_rate: float = 0.0, seed: int = 0,
                     max_protocol_errors: int | None = None) -> list[Episode]:
     """One `TravelEnv` episode per query; `meta` carries the structured query (the expert reads it) and level."""
-    from components.travel.env import TravelEnv
-
     episodes = []
     for query in queries:
         env = TravelEnv(world, query, failure_rate=failure_rate, seed=seed + query.idx,
@@ -347,8 +347,6 @@ def travel_episodes(world: Any, queries: list, failure_rate: float = 0.0, seed: 
 
 def travel_evaluate(world: Any) -> Evaluate:
     """The evaluate callback of travel episodes: both evaluator modes on the record's final plan."""
-    from components.travel.evaluator import evaluate_both
-
     def evaluate(episode: Episode, record: dict) -> dict:
         query = episode.meta["query"]
         return {mode: result.to_dict() for mode, result in evaluate_both(world, query, record.get("plan")).items()}

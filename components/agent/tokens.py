@@ -6,17 +6,17 @@ A trajectory's ids are the concatenation of segments, never a re-tokenisation of
     sampled  {assistant text}<|im_end|>                                              (mask 1)
     tool     \\n<|im_start|>user\\n{tool response}<|im_end|>\\n<|im_start|>assistant\\n  (mask 0)
 
-The tokenizer is any object with `encode(text, add_special_tokens=False) -> list[int]` and `decode(ids)`; nothing
-here imports torch or transformers.
+The text format itself (special tokens, how a message renders) lives in `components/models/chat_format.py`, which
+the models layer also checks tokenizers against. The tokenizer is any object with `encode(text,
+add_special_tokens=False) -> list[int]` and `decode(ids)`; nothing here imports torch or transformers.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-GENERATION_PROMPT = f"{IM_START}assistant\n"
-CHAT_SPECIAL_TOKENS = (IM_START, IM_END, "<|endoftext|>")
+from components.models.chat_format import (  # noqa: F401  (the text format, re-exported with the segments)
+    CHAT_SPECIAL_TOKENS, GENERATION_PROMPT, IM_END, IM_START, neutralise_special_tokens, render_message, render_prompt,
+)
 
 
 class Tokenizer(Protocol):
@@ -25,23 +25,6 @@ class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
-
-
-def neutralise_special_tokens(text: str) -> str:
-    """Break chat special-token text (e.g. `<|im_end|>`) so that it encodes as plain text, not as a control token."""
-    for token in CHAT_SPECIAL_TOKENS:
-        text = text.replace(token, token.replace("|", "\u2502"))
-    return text
-
-
-def render_message(message: dict) -> str:
-    """One chat message in the Qwen format, without a trailing newline."""
-    return f"{IM_START}{message['role']}\n{message['content']}{IM_END}"
-
-
-def render_prompt(messages: list[dict]) -> str:
-    """The prompt text of a conversation: every message, then the assistant generation prompt."""
-    return "".join(render_message(m) + "\n" for m in messages) + GENERATION_PROMPT
 
 
 def encode(tokenizer: Tokenizer, text: str) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from components.agent.types import TurnRequest, TurnResult
 from components.errors import UserError
+from components.models.loading import end_of_turn_id, load_tokenizer
 
 INSTALL_HINT = "pip install 'star-pipeline[gpu]' (vLLM needs a CUDA GPU)"
 
@@ -37,8 +38,6 @@ class VLLMPolicy:
                  greedy: bool = False, seed: int = 0, llm=None, gpu_memory_utilization: float = 0.5,
                  max_model_len: int | None = None, dtype: str = "auto", tensor_parallel_size: int = 1,
                  enable_prefix_caching: bool = True):
-        from components.models.loading import end_of_turn_id, load_tokenizer
-
         vllm = import_vllm()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.end_id = end_of_turn_id(self.tokenizer)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from components.errors import UserError
 
+# Each handler imports its stage code (typed params, MLflow through components.tracking) when called, so that
+# `star --help` stays instant.
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the evaluation sub-commands to `star`."""

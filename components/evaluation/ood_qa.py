@@ -2,7 +2,7 @@
 
 `build_qa_data` writes the encyclopedia corpus and its question sets (and checks them with the QA expert);
 `evaluate_checkpoint` runs a checkpoint through the shared agent loop on every configured dataset and scores EM/F1;
-`alignment_tax` compares a trained checkpoint's scores with the base model's (EVALUATION.md).
+`alignment_tax` compares a trained checkpoint's scores with the base model's.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from components.evaluation.qa.datasets import dump_jsonl, load_hf_dataset, load_
 from components.evaluation.qa.expert import QAExpertPolicy
 from components.evaluation.qa.retriever import BM25Retriever, HTTPRetriever, load_corpus
 from components.evaluation.qa.rollout import run_qa
+from components.evaluation.qa.scoring import alignment_tax
 from components.params import Params
 
 
@@ -170,24 +171,6 @@ def evaluate_policy(policy, datasets: dict[str, list[dict]], retriever, limits: 
         if records_out is not None:
             records_out.extend(records)
     return summarize_datasets(per_dataset)
-
-
-def alignment_tax(base: dict, trained: dict) -> dict:
-    """Alignment tax = base score - trained score, absolute and relative to base (EM, and F1 alongside).
-
-    Positive means training cost general ability; the relative tax is None when the base scores 0.
-    """
-    def rel(b: float, t: float) -> float | None:
-        return (b - t) / b if b else None
-
-    return {
-        "alignment_tax_abs": base["em"] - trained["em"],
-        "alignment_tax_rel": rel(base["em"], trained["em"]),
-        "alignment_tax_f1_abs": base["f1"] - trained["f1"],
-        "alignment_tax_f1_rel": rel(base["f1"], trained["f1"]),
-        "base_em": base["em"],
-        "base_f1": base["f1"],
-    }
 
 
 def read_base_metrics(path: str | Path) -> dict | None:

@@ -16,6 +16,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from components.evaluation import plots
+from components.evaluation.qa.scoring import alignment_tax
 from components.params import Params
 
 IN_DOMAIN_COLUMNS = [("delivery_rate", "delivery"), ("commonsense_micro", "CS micro"),
@@ -100,8 +102,6 @@ def in_domain_table(validate: dict[str, dict], order: list[str], mode: str) -> T
 def with_alignment_tax(ood: dict[str, dict]) -> dict[str, dict]:
     """Each checkpoint's OOD metrics with the alignment tax filled in from `base` where the stage could not
     compute it (its ood_qa stage ran before the base's; DVC does not order foreach items)."""
-    from components.evaluation.ood_qa import alignment_tax
-
     base = ood.get("base")
     return {name: m if name == "base" or base is None or "alignment_tax_abs" in m else {**m, **alignment_tax(base, m)}
             for name, m in ood.items()}
@@ -249,8 +249,6 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
     """Read the metrics, draw the figures into `out_dir`, write `report.md`, `report.html` and the figures' data
     (`per_check.csv`, `alignment.csv`, for `dvc plots`); return the written paths (`{"markdown", "html",
     "figures": [...], "tables": [...]}`)."""
-    from components.evaluation import plots
-
     metrics_dir, plots_dir, out_dir = Path(metrics_dir), Path(plots_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     validate = read_json_dir(metrics_dir / "validate")

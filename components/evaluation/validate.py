@@ -16,10 +16,17 @@ from typing import Literal
 
 from pydantic import Field
 
+from components.agent.http import EndpointConfig, OpenAIChatClient
 from components.agent.loop import Episode, Limits, run_episodes
-from components.evaluation.policy import DecodingParams, LimitsParams, load_checkpoint_policy
 from components.errors import UserError
+from components.evaluation.policy import DecodingParams, LimitsParams, load_checkpoint_policy
 from components.params import Params
+from components.travel.env import TravelEnv
+from components.travel.evaluator import evaluate_plan
+from components.travel.metrics import summarize
+from components.travel.plans import parse_plan
+from components.travel.queries import load_queries
+from components.travel.world import World
 
 MODES = ("strict", "official")
 
@@ -49,15 +56,11 @@ class ValidateParams(Params):
 
 def evaluate_both_modes(world, query, plan) -> dict:
     """`{"strict": PlanEvaluation, "official": PlanEvaluation}` for one plan (None when nothing was delivered)."""
-    from components.travel.evaluator import evaluate_plan
-
     return {mode: evaluate_plan(world, query, plan, mode=mode) for mode in MODES}
 
 
 def summarize_mode(queries: list, evaluations: list) -> dict:
     """The set metrics of one evaluator mode (the contract's six metrics, per_check, by_level, by_days)."""
-    from components.travel.metrics import summarize
-
     return summarize(queries, evaluations)
 
 
@@ -112,7 +115,7 @@ def plan_entities(plan: list[dict] | None) -> list[str]:
 
 def grounding(record: dict) -> float | None:
     """Share of the plan's entities that appear in the episode's tool observations (None without entities):
-    a correct entity the agent never read was memorised, not grounded (TRAINING.md)."""
+    a correct entity the agent never read was memorised, not grounded."""
     entities = plan_entities(record.get("plan"))
     if not entities:
         return None
@@ -188,8 +191,6 @@ class ProsePlanFormatter:
     """Extracts a JSON plan from a prose answer through an OpenAI-compatible chat endpoint."""
 
     def __init__(self, params: FormatterParams, transport=None):
-        from components.agent.http import EndpointConfig, OpenAIChatClient
-
         if not params.base_url:
             raise UserError("validate.answer_format is prose but validate.formatter.base_url is not set "
                             "(an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1)")
@@ -199,8 +200,6 @@ class ProsePlanFormatter:
 
     def __call__(self, query_text: str, answer_text: str) -> tuple[list | None, str | None]:
         """(plan, None) or (None, why not)."""
-        from components.travel.plans import parse_plan
-
         result = self.client.complete(formatter_messages(query_text, answer_text), self.params.max_tokens)
         return parse_plan(result.text)
 
@@ -209,8 +208,6 @@ class ProsePlanFormatter:
 
 def travel_episodes(world, queries: list, failure_rate: float, seed: int) -> list[Episode]:
     """One travel episode per query (the env's failure injection seeded per query)."""
-    from components.travel.env import TravelEnv
-
     return [Episode(idx=q.idx, env=TravelEnv(world, q, failure_rate=failure_rate, seed=seed + q.idx),
                     meta={"query": q, "level": q.level})
             for q in queries]
@@ -270,9 +267,6 @@ def write_jsonl(lines: list[dict], path: str | Path) -> Path:
 def validate_checkpoint(model: str | Path, world_dir: str | Path, queries_path: str | Path,
                         params: ValidateParams, formatter=None) -> tuple[list, list[dict], dict]:
     """Load the checkpoint, world and queries, run the validation; return (queries, records, metrics)."""
-    from components.travel.queries import load_queries
-    from components.travel.world import World
-
     world = World.load(world_dir)
     queries = load_queries(queries_path)[: params.max_queries]
     policy, tokenizer = load_checkpoint_policy(model, params.decoding, params.limits.max_context_tokens)

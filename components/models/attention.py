@@ -12,14 +12,17 @@ attention.
 """
 from __future__ import annotations
 
+import torch
+from transformers import AttentionInterface
+from transformers.integrations import sdpa_attention
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
 CPU_DECODE_ATTENTION = "star_cpu_decode"
 MAX_SCORES = 2**25  # attention scores of one call (batch x heads x queries x keys) computed here; larger go to SDPA
 
 
 def causal_mask(q_len: int, kv_len: int, device):
     """[q_len, kv_len] booleans: query i (the last q_len positions) sees keys 0 .. kv_len - q_len + i."""
-    import torch
-
     keys = torch.arange(kv_len, device=device)
     last_visible = torch.arange(q_len, device=device) + (kv_len - q_len)
     return keys[None, :] <= last_visible[:, None]
@@ -34,16 +37,13 @@ def cpu_decode_attention(module, query, key, value, attention_mask, dropout: flo
     Computed here: inference on a CPU (no gradient) with at most MAX_SCORES scores, i.e. decoding steps and the
     prefill of new tokens against a cache, with grouped-query heads folded into the query rows instead of repeating
     the cache. Anything else (training, GPUs, long prefills) is transformers' SDPA function."""
-    import torch
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     batch, heads, q_len, dim = query.shape
     kv_heads, kv_len = key.shape[1], key.shape[2]
     here = (query.device.type == "cpu" and not torch.is_grad_enabled() and batch * heads * q_len * kv_len <= MAX_SCORES
             and kwargs.get("position_bias") is None and kwargs.get("softcap") is None)
     if not here:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention.sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                                     scaling=scaling, **kwargs)
     group = heads // kv_heads
     scale = dim ** -0.5 if scaling is None else scaling
     grouped = query.reshape(batch, kv_heads, group * q_len, dim)  # head h = kv_head * group + g
@@ -62,9 +62,6 @@ def cpu_decode_attention(module, query, key, value, attention_mask, dropout: flo
 
 def register_cpu_decode_attention() -> str:
     """Register `cpu_decode_attention` (with SDPA's masks) under CPU_DECODE_ATTENTION and return that name."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-
     AttentionInterface.register(CPU_DECODE_ATTENTION, cpu_decode_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(CPU_DECODE_ATTENTION, sdpa_mask)
     return CPU_DECODE_ATTENTION

@@ -7,6 +7,9 @@ import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
+from huggingface_hub import snapshot_download
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+
 from components.errors import UserError
 
 MANIFEST = "star_checkpoint.json"
@@ -53,9 +56,6 @@ def snapshot_pretrained(name_or_path: str, out_dir: str | Path, revision: str | 
             raise UserError(f"{source} has no config.json: it is not a Hugging Face checkpoint directory")
         shutil.copytree(source, out_dir, ignore=shutil.ignore_patterns(".git", ".cache"))
     else:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
-
         try:
             snapshot_download(repo_id=str(name_or_path), revision=revision, local_dir=out_dir,
                               allow_patterns=SNAPSHOT_PATTERNS)

@@ -1,15 +1,15 @@
 """Randomly initialised models of a given architecture: the smoke preset's base and the tests' small models."""
 from __future__ import annotations
 
+import copy
+
+import torch
+from transformers import AutoModelForCausalLM, LlamaConfig
+
 
 def random_model(config, seed: int = 0, **overrides):
     """A freshly initialised float32 causal LM of `config`'s architecture, with `overrides` (e.g. num_hidden_layers=2)
     applied to a copy of the config."""
-    import copy
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
     config = copy.deepcopy(config)
     for key, value in overrides.items():
         if not hasattr(config, key):
@@ -22,8 +22,6 @@ def random_model(config, seed: int = 0, **overrides):
 def small_llama(tokenizer, seed: int = 0, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4,
                 num_kv_heads: int = 2, intermediate_size: int = 128, max_position_embeddings: int = 8192):
     """A small Llama model (SmolLM2's architecture) over `tokenizer`'s vocabulary, for tests and benchmarks."""
-    from transformers import LlamaConfig
-
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
                          num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
                          intermediate_size=intermediate_size, max_position_embeddings=max_position_embeddings,

@@ -10,6 +10,9 @@ import hashlib
 import importlib.util
 from pathlib import Path
 
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
 from components.errors import UserError
 
 PACKAGE_PREFIX = "package:"
@@ -60,9 +63,6 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
 def load_gguf(path: Path, weights: bool = True):
     """(model or None, tokenizer) from a GGUF file, the model dequantized to float32 and no longer marked quantized,
     so `save_pretrained` writes an ordinary checkpoint."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     try:
         import gguf  # noqa: F401  (transformers needs it to read the file)
     except ImportError as exc:
@@ -80,8 +80,6 @@ def load_gguf(path: Path, weights: bool = True):
 
 def gguf_config(path: Path):
     """The model config a GGUF file describes (no weights loaded)."""
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config

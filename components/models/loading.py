@@ -4,10 +4,14 @@ when installed, SDPA otherwise; on a CPU, decoding steps as plain matrix product
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from components.errors import UserError
+from components.models.attention import register_cpu_decode_attention
+from components.models.chat_format import IM_END, render_prompt
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -16,15 +20,11 @@ def resolve_device(device: str | None = None) -> str:
     """`device` as given, or `cuda` when a GPU is visible, else `cpu`."""
     if device and device != "auto":
         return device
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def resolve_dtype(dtype: str, device: str):
     """The torch dtype for `dtype`; `auto` is bfloat16 on a GPU that supports it and float32 elsewhere."""
-    import torch
-
     if dtype not in DTYPES:
         raise UserError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     if dtype == "auto":
@@ -36,14 +36,10 @@ def resolve_dtype(dtype: str, device: str):
 def attention_implementation(device: str, dtype) -> str:
     """`flash_attention_2` when the `flash_attn` package is installed and the model runs in 16 bits on a GPU; on a
     CPU, SDPA with decoding steps as plain matrix products (components/models/attention.py); `sdpa` otherwise."""
-    import torch
-
     half = dtype in (torch.bfloat16, torch.float16)
     if device.startswith("cuda") and half and importlib.util.find_spec("flash_attn") is not None:
         return "flash_attention_2"
     if device == "cpu":
-        from components.models.attention import register_cpu_decode_attention
-
         return register_cpu_decode_attention()
     return "sdpa"
 
@@ -66,8 +62,6 @@ def _source(path_or_name: str | Path) -> tuple[str, bool]:
 def load_tokenizer(path_or_name: str | Path):
     """The tokenizer of a checkpoint directory or Hub name, with left padding (for batched generation) and a pad
     token (its end-of-text token when the checkpoint defines none)."""
-    from transformers import AutoTokenizer
-
     source, local = _source(path_or_name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
@@ -82,10 +76,8 @@ def load_tokenizer(path_or_name: str | Path):
 
 def check_chat_protocol(tokenizer) -> None:
     """Refuse a tokenizer whose own chat template does not render conversations as the agent protocol's token
-    segments do (components/agent/tokens.py: ChatML, as Qwen2.5 and SmolLM2 use): the policy would be trained and
+    segments do (components/models/chat_format.py: ChatML, as Qwen2.5 and SmolLM2 use): the policy would be trained and
     sampled on text its template never produces."""
-    from components.agent import tokens as tok
-
     end_of_turn_id(tokenizer)
     messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
                 {"role": "assistant", "content": "A"}, {"role": "user", "content": "T"}]
@@ -93,7 +85,7 @@ def check_chat_protocol(tokenizer) -> None:
         raise UserError("the tokenizer has no chat template; the agent protocol needs a ChatML chat model "
                         "(<|im_start|>role\\n...<|im_end|>), such as Qwen2.5 or SmolLM2 Instruct")
     rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    ours = tok.render_prompt(messages)
+    ours = render_prompt(messages)
     if rendered != ours:
         raise UserError("the model's chat template renders conversations differently from the agent protocol "
                         f"(ChatML):\n template: {rendered!r}\n protocol: {ours!r}\nuse a ChatML instruct model")
@@ -101,7 +93,7 @@ def check_chat_protocol(tokenizer) -> None:
 
 def end_of_turn_id(tokenizer) -> int:
     """The id of `<|im_end|>`, the token that ends every assistant turn in the chat protocol."""
-    token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    token_id = tokenizer.convert_tokens_to_ids(IM_END)
     if token_id is None or token_id == tokenizer.unk_token_id:
         raise UserError("the tokenizer has no <|im_end|> token: the agent protocol needs a Qwen-style chat format")
     return token_id
@@ -114,8 +106,6 @@ def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str
     Returns the model on `device` (default: `cuda` if visible, else `cpu`) in eval mode; its generation config
     stops at `<|im_end|>`.
     """
-    from transformers import AutoModelForCausalLM
-
     source, local = _source(path_or_name)
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)

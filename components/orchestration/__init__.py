@@ -1,4 +1,5 @@
-"""Orchestration: presets, the DVC stage graph as data, GPU slots, and the `star run/deploy/ui/preset` commands.
+"""Orchestration: presets, the DVC stage graph as data, GPU slots, DVC stage runs, and the `star preset/ui` commands.
 
-The Prefect flows themselves live in `flows/`; MLflow is reached only through `components.tracking`.
+The Prefect flows and their commands (`star run/sweep/deploy`) live in `flows/`, which builds on this package;
+MLflow is reached only through `components.tracking`.
 """

@@ -1,6 +1,8 @@
-"""`star preset use`, `star run`, `star sweep`, `star deploy`, `star ui`: the pipeline as a whole.
+"""`star preset use|list` and `star ui`: the project's presets and its MLflow and Prefect UIs (`star run`, `star sweep`
+and `star deploy` are in `flows/commands.py`).
 
-Prefect and MLflow are imported inside the handlers, so `star --help` stays instant.
+The implementation (presets: ruamel and pydantic; MLflow through `components.tracking`) is imported inside the
+handlers, so `star --help` stays instant.
 """
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ import time
 from pathlib import Path
 
 from components.errors import UserError
+from components.redact import redact_url
 
 MLFLOW_PORT = 5000
 PREFECT_PORT = 4200
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the orchestration sub-commands to `star`."""
+    """Add the preset and UI sub-commands to `star`."""
     preset = subparsers.add_parser("preset", help="apply a per-scale preset to params/")
     preset_sub = preset.add_subparsers(dest="preset_command", metavar="ACTION", required=True)
     use = preset_sub.add_parser("use", help="deep-merge params/presets/<name>.yaml into params/<family>.yaml")
@@ -32,32 +35,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     listing = preset_sub.add_parser("list", help="list the presets")
     listing.add_argument("--params-dir", default="params", type=Path)
     listing.set_defaults(handler=preset_list)
-
-    run = subparsers.add_parser("run", help="run the DVC pipeline as a Prefect flow (one task per stage)")
-    run.add_argument("--preset", help="apply this preset to params/ first")
-    run.add_argument("--stages", nargs="+", metavar="STAGE", help="only these stages (and their upstream)")
-    run.add_argument("--experiment", help="MLflow experiment name (default: star-<preset>)")
-    run.add_argument("--retries", type=int, default=1, help="retries of a stage after a transient failure")
-    run.add_argument("--force", action="store_true", help="re-run stages even when DVC finds them up to date")
-    run.set_defaults(handler=run_pipeline)
-
-    sweep = subparsers.add_parser("sweep", help="run ablation variants as DVC experiments under one MLflow run")
-    sweep.add_argument("--variant", action="append", required=True, metavar="NAME=FILE:KEY=VALUE[,FILE:KEY=VALUE]",
-                       help="e.g. macro=params/rl.yaml:rl.reward.kind=macro (repeat per variant)")
-    sweep.add_argument("--experiment", help="MLflow experiment name")
-    sweep.add_argument("--in-workspace", action="store_true", help="run in the workspace instead of a temp copy")
-    sweep.set_defaults(handler=run_sweep)
-
-    deploy = subparsers.add_parser("deploy", help="register the scheduled pipeline deployment with Prefect")
-    deploy.add_argument("--name", default="nightly")
-    deploy.add_argument("--cron", default="0 2 * * *", help="cron schedule (default: nightly at 02:00)")
-    deploy.add_argument("--timezone", default="UTC")
-    deploy.add_argument("--work-pool", default="star", help="process work pool (created if absent)")
-    deploy.add_argument("--preset")
-    deploy.add_argument("--stages", nargs="+", metavar="STAGE")
-    deploy.add_argument("--experiment")
-    deploy.add_argument("--serve", action="store_true", help="serve the schedule from this process instead")
-    deploy.set_defaults(handler=deploy_pipeline)
 
     ui = subparsers.add_parser("ui", help="print (or --start) the MLflow and Prefect UIs on 127.0.0.1")
     ui.add_argument("--start", action="store_true", help="start both servers and wait (Ctrl-C or SIGTERM stops them)")
@@ -79,7 +56,8 @@ def preset_use(args: argparse.Namespace) -> int:
 
 def preset_list(args: argparse.Namespace) -> int:
     """Print the available presets, marking the active one."""
-    from components.orchestration.presets import active_preset, available_presets, preset_summary
+    from components.orchestration.presets import available_presets, preset_summary
+    from components.params import active_preset
 
     active = active_preset(args.params_dir)
     names = available_presets(args.params_dir / "presets")
@@ -90,81 +68,14 @@ def preset_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _project_root() -> Path:
+def project_root() -> Path:
+    """The project `star` runs in (the nearest folder with dvc.yaml); a UserError outside one."""
     from components.tracking import repo_root
 
     root = repo_root()
     if not (root / "dvc.yaml").exists():
         raise UserError(f"no dvc.yaml in {root} or its parents: run `star run` inside the project")
     return root
-
-
-# Prefect waits 20 s for its temporary (ephemeral) API server, whose first start migrates a fresh database: on a
-# loaded 2-core laptop that took longer, and `star run` died with "Timed out while attempting to connect to ephemeral
-# Prefect API server". Read when prefect is imported, so it is set before the flows are.
-EPHEMERAL_STARTUP_TIMEOUT_S = "180"
-
-
-def _patient_ephemeral_server() -> None:
-    """Give Prefect's temporary API server time to start, unless the user set the timeout or a server URL."""
-    if not os.environ.get("PREFECT_API_URL"):
-        os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", EPHEMERAL_STARTUP_TIMEOUT_S)
-
-
-def run_pipeline(args: argparse.Namespace) -> int:
-    """Run the pipeline flow and print each stage's status."""
-    _patient_ephemeral_server()
-    from flows.pipeline import pipeline
-
-    statuses = pipeline(stages=args.stages, preset=args.preset, experiment=args.experiment,
-                        root=str(_project_root()), retries=args.retries, force=args.force)
-    for stage, status in statuses.items():
-        print(f"{stage:<16} {status}")
-    return 0
-
-
-def parse_variants(specs: list[str]) -> dict[str, list[str]]:
-    """`name=file:key=value[,file:key=value]` specs as {name: [overrides]}."""
-    variants: dict[str, list[str]] = {}
-    for spec in specs:
-        name, sep, overrides = spec.partition("=")
-        if not sep or not name or ":" not in overrides or "=" not in overrides:
-            raise UserError(f"bad --variant '{spec}': expected NAME=FILE:KEY=VALUE, "
-                            "e.g. macro=params/rl.yaml:rl.reward.kind=macro")
-        variants[name] = overrides.split(",")
-    return variants
-
-
-def run_sweep(args: argparse.Namespace) -> int:
-    """Run the sweep flow and print each variant's DVC experiment."""
-    _patient_ephemeral_server()
-    from flows.sweep import sweep
-
-    results = sweep(parse_variants(args.variant), root=str(_project_root()), experiment=args.experiment,
-                    temp=not args.in_workspace)
-    for variant, exp_name in results.items():
-        print(f"{variant:<16} dvc experiment {exp_name}")
-    print("compare: dvc exp show; dvc metrics diff; dvc plots diff")
-    return 0
-
-
-def deploy_pipeline(args: argparse.Namespace) -> int:
-    """Register (or serve) the scheduled pipeline deployment."""
-    from flows import deploy
-
-    root = _project_root()
-    if args.serve:
-        deploy.serve(root, args.name, args.cron, args.preset, args.stages, args.experiment)
-        return 0
-    if not os.environ.get("PREFECT_API_URL"):
-        raise UserError("scheduling needs a Prefect server: start one (`prefect server start`, or `star ui --start`)"
-                        " and set PREFECT_API_URL=http://127.0.0.1:4200/api, or use `star deploy --serve`")
-    deployment_id = deploy.register(root, args.name, args.cron, args.work_pool, args.preset, args.stages,
-                                    args.experiment, args.timezone)
-    print(f"deployment star-pipeline/{args.name} ({deployment_id}) scheduled '{args.cron}' ({args.timezone}) "
-          f"on work pool '{args.work_pool}'")
-    print(f"start a worker to run it: prefect worker start --pool {args.work_pool}")
-    return 0
 
 
 def ui_commands(root: Path, mlflow_port: int, prefect_port: int) -> dict[str, list[str]]:
@@ -183,9 +94,7 @@ def ui_commands(root: Path, mlflow_port: int, prefect_port: int) -> dict[str, li
 
 def show_ui(args: argparse.Namespace) -> int:
     """Print how to open the UIs, or start both servers and wait."""
-    from components.redact import redact_url
-
-    root = _project_root()
+    root = project_root()
     commands = ui_commands(root, args.mlflow_port, args.prefect_port)
     ports = {"mlflow": args.mlflow_port, "prefect": args.prefect_port}
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}

@@ -10,7 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import yaml
+from dvc.exceptions import DvcException
+from dvc.repo import Repo
+from dvc.utils import dict_sha256
 
 from components.errors import UserError
 
@@ -26,10 +30,6 @@ class StageNode:
 
 def read_graph(root: str | Path) -> list[StageNode]:
     """The stages of the DVC project at `root`, upstream first (a topological order of DVC's own graph)."""
-    import networkx as nx
-    from dvc.exceptions import DvcException
-    from dvc.repo import Repo
-
     previous = os.getcwd()
     os.chdir(root)  # stage addresses (`validate@sft`, `sub/dvc.yaml:stage`) are relative to the cwd
     try:
@@ -90,8 +90,6 @@ def run_cache_key(entry: dict[str, Any]) -> str:
     It names the folder `.dvc/cache/runs/<key[:2]>/<key>/` where DVC keeps the stage's cached runs, so the
     same key identifies a stage restored from the run cache.
     """
-    from dvc.utils import dict_sha256
-
     keyed = dict(entry)
     keyed["outs"] = [out["path"] for out in entry.get("outs", [])]
     return dict_sha256(keyed, exclude=["size", "nfiles"])  # as dvc.stage.cache._get_cache_hash

@@ -2,11 +2,13 @@
 
 `star preset use qwen2.5-7b` rewrites `params/<family>.yaml` for every family the overlay names, keeping the
 comments and key order of the files (ruamel round-trip), creating files that do not exist yet, and recording the
-active preset in `params/preset.yaml` (read by `components.tracking` to name the MLflow experiment). The params
-files stay plain YAML, so `dvc exp run -S params/rl.yaml:rl.reward.kind=macro` keeps working.
+active preset in `params/preset.yaml` (read by `components.params.active_preset`; `components.tracking` names the
+MLflow experiment after it). The params files stay plain YAML, so `dvc exp run -S params/rl.yaml:rl.reward.kind=macro`
+keeps working.
 """
 from __future__ import annotations
 
+import importlib
 import io
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +18,10 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
 from components.errors import UserError
+from components.params import ACTIVE_PRESET_FILE, ParamsError, load_section, parse_section
 
 MISSING = object()  # a key the params file did not have
 FAMILIES = ("world", "queries", "teacher", "filter", "model", "sft", "rl", "validate", "ood_qa", "report")
-ACTIVE_PRESET_FILE = "preset.yaml"
 
 
 @dataclass(frozen=True)
@@ -158,8 +160,6 @@ def merge_into_file(path: Path, family: str, section: dict) -> list[Change]:
 
 def invalid_sections(documents: dict[str, CommentedMap], sources: dict[str, Path]) -> list[str]:
     """What each family's typed params model rejects in the merged documents (empty: all valid)."""
-    from components.params import ParamsError, parse_section
-
     problems = []
     for family, document in documents.items():
         model = params_model(family)
@@ -193,15 +193,6 @@ def apply_preset(name: str, params_dir: Path) -> list[Change]:
     return changes
 
 
-def active_preset(params_dir: Path) -> str | None:
-    """The preset recorded by the last `star preset use`, or None."""
-    path = params_dir / ACTIVE_PRESET_FILE
-    if not path.exists():
-        return None
-    data = YAML(typ="safe").load(path.read_text()) or {}
-    return str(data["preset"]) if isinstance(data, dict) and data.get("preset") else None
-
-
 # Where each family's typed params live (the stage packages own them); `check_params` validates all of them
 # before a pipeline run, so a typo fails in a second instead of after an hour of upstream stages.
 PARAMS_MODELS = {
@@ -210,7 +201,7 @@ PARAMS_MODELS = {
     "teacher": "components.synthesis.teacher:TeacherParams",
     "filter": "components.synthesis.filter:FilterParams",
     "model": "components.models.params:ModelParams",
-    "sft": "components.training.sft:SFTParams",
+    "sft": "components.training.sft_params:SFTParams",
     "rl": "components.training.rl.params:RLParams",
     "validate": "components.evaluation.validate:ValidateParams",
     "ood_qa": "components.evaluation.ood_qa:OODQAParams",
@@ -220,8 +211,6 @@ PARAMS_MODELS = {
 
 def params_model(family: str) -> type | None:
     """The pydantic model of a family's params, or None when its stage package does not define one (yet)."""
-    import importlib
-
     spec = PARAMS_MODELS.get(family)
     if spec is None:
         return None
@@ -234,8 +223,6 @@ def params_model(family: str) -> type | None:
 
 def check_params(params_dir: Path, families: tuple[str, ...] = FAMILIES) -> list[str]:
     """Validate every existing `params/<family>.yaml` with its model; return the problems (file, key, reason)."""
-    from components.params import ParamsError, load_section
-
     problems = []
     for family in families:
         path = params_dir / f"{family}.yaml"

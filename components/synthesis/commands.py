@@ -88,12 +88,9 @@ def queries_handler(args: argparse.Namespace) -> int:
 def _text_client(params):
     if params.text.mode != "llm":
         return None
-    from components.agent.http import EndpointConfig, OpenAIChatClient
+    from components.agent.http import OpenAIChatClient
 
-    e = params.text.endpoint
-    return OpenAIChatClient(EndpointConfig(base_url=e.base_url, model=e.model, api_key_env=e.api_key_env,
-                                           temperature=e.temperature, timeout_s=e.timeout_s,
-                                           max_retries=e.max_retries, backoff_s=e.backoff_s))
+    return OpenAIChatClient(params.text.endpoint.config())
 
 
 def teach_handler(args: argparse.Namespace) -> int:

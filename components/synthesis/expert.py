@@ -23,7 +23,7 @@ from typing import Any, Callable, Generator
 from components.agent.types import TurnRequest, TurnResult
 from components.travel.queries import Query
 from components.travel.synthetic import NAME_SYLLABLES
-from components.travel.tools import is_argument_error, parse_observation
+from components.travel.tools import call_tool, is_argument_error, parse_observation
 
 MISTAKES = ("wrong_city_restaurant", "repeat_restaurant", "skip_constraint", "over_budget")
 ROOM_TYPE_OF = {"entire room": "Entire home/apt", "private room": "Private room", "shared room": "Shared room"}
@@ -614,8 +614,6 @@ def strip_tool_response(content: str) -> str:
 def solve_with_tools(world: Any, query: Query, config: ExpertConfig = ExpertConfig(),
                      seed: int | None = None) -> tuple[Outcome, list[Action]]:
     """Run the expert with direct tool calls (no chat protocol): the solver the query synthesiser uses."""
-    from components.travel.tools import call_tool
-
     expert = Expert(query, config, seed)
     actions: list[Action] = []
     generator = expert.solve()

@@ -1,4 +1,4 @@
-"""Feasibility of a query skeleton (TRAVEL_ENV.md section 7, step 3): cheap checks on the world's tables first,
+"""Feasibility of a query skeleton (query synthesis, step 3): cheap checks on the world's tables first,
 then the proof: the expert's solver, calling the real tools, must find a plan within the budget.
 
 Every rejection carries a short reason key, so `metrics/queries.json` can say why skeletons were dropped.

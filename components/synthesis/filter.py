@@ -16,7 +16,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pydantic import Field
+from transformers import AutoTokenizer
 
+from components.errors import UserError
+from components.jsonl import iter_jsonl
+from components.models.chat_format import render_message
 from components.params import Params
 from components.travel.tools import is_argument_error
 
@@ -48,8 +52,6 @@ def trajectory_tokens(record: dict, count: Callable[[str], int]) -> int:
     """Tokens of the whole trajectory: its own token ids when it carries them, else the rendered chat counted."""
     if record.get("prompt_ids") is not None and record.get("response_ids") is not None:
         return len(record["prompt_ids"]) + len(record["response_ids"])
-    from components.agent.tokens import render_message
-
     return int(sum(count(render_message(m)) for m in record["messages"]))
 
 
@@ -156,9 +158,6 @@ def write_jsonl(records: list[dict], path: Path) -> None:
 
 def read_jsonl(path: Path) -> list[dict]:
     """Trajectory records of a JSONL file; a malformed line is an error naming the file and line."""
-    from components.errors import UserError
-    from components.jsonl import iter_jsonl
-
     records = []
     for number, record in iter_jsonl(path, missing_hint="run the teacher first: `dvc repro trajectories`"):
         if not isinstance(record, dict):
@@ -170,12 +169,6 @@ def read_jsonl(path: Path) -> list[dict]:
 def load_counter(params: FilterParams) -> tuple[Callable[[str], int], str]:
     """The token counter and its description for the metrics."""
     if params.tokenizer:
-        from components.errors import UserError
-
-        try:
-            from transformers import AutoTokenizer
-        except ImportError as exc:  # pragma: no cover - transformers is a core dependency
-            raise UserError("filter.tokenizer needs transformers (pip install transformers)") from exc
         if not Path(params.tokenizer).exists():
             raise UserError(f"filter.tokenizer {params.tokenizer} does not exist; set it to a tokenizer folder "
                             "or to null to use the chars-per-token estimate")

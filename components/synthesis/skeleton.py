@@ -1,4 +1,4 @@
-"""Query skeletons and budgets (TRAVEL_ENV.md section 7, steps 1-2), sampled from a world's tables.
+"""Query skeletons and budgets (query synthesis, steps 1-2), sampled from a world's tables.
 
 A skeleton fixes everything but the text: origin, destination (a city for 3-day trips, a state with at least three
 cities other than the origin's for 5/7-day trips), consecutive dates, group size, local constraints by level, and the

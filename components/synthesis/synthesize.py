@@ -14,7 +14,9 @@ from collections import Counter
 from typing import Any
 
 from pydantic import Field, model_validator
+from tqdm.auto import tqdm
 
+from components.agent.params import EndpointParams
 from components.errors import UserError
 from components.params import Params
 from components.synthesis.expert import ExpertConfig
@@ -24,19 +26,6 @@ from components.synthesis.text import back_translate, render_query_text
 from components.travel.queries import LEVELS, Query, level_counts
 
 SPLITS = ("sft", "rl", "val")
-
-
-class EndpointParams(Params):
-    """An OpenAI-compatible endpoint; the API key is read from the env var named by `api_key_env`."""
-
-    base_url: str
-    model: str
-    api_key_env: str | None = None
-    temperature: float = 0.7
-    concurrency: int = 4
-    timeout_s: float = 60.0
-    max_retries: int = 4
-    backoff_s: float = 1.0
 
 
 class TextParams(Params):
@@ -162,8 +151,6 @@ class QuerySampler:
 def synthesize_splits(world: Any, params: QueriesParams, text_client: Any = None, progress: bool = True,
                       val_queries: list[Query] | None = None) -> tuple[dict[str, list[Query]], dict]:
     """Every split and the stage summary (`metrics/queries.json`)."""
-    from tqdm.auto import tqdm
-
     started = time.perf_counter()
     sampler = QuerySampler(world, params, text_client)
     train_pool, val_pool = city_pool(world, holdout=False), city_pool(world, holdout=True)

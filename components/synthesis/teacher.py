@@ -15,25 +15,19 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from pydantic import Field, model_validator
+from tqdm.auto import tqdm
 
-from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
+from components.agent.http import OpenAIChatPolicy
+from components.agent.loop import run_episodes, travel_episodes, travel_evaluate
+from components.agent.params import EndpointParams, LimitsParams, limits_defaulting_to
 from components.errors import UserError
 from components.params import Params
 from components.synthesis.expert import ExpertConfig, ExpertPolicy
-from components.synthesis.synthesize import EndpointParams
 from components.travel.queries import Query
 
 
-class LimitsParams(Params):
-    """Episode limits (Agent-STAR: 60 turns, 32K context)."""
-
-    max_turns: int = Field(60, ge=1)
-    max_tokens_per_turn: int = Field(4096, ge=1)
-    max_context_tokens: int = Field(32768, ge=1)
-    max_protocol_errors: int = Field(3, ge=1)
-
-    def to_limits(self) -> Limits:
-        return Limits(**self.model_dump())
+TEACHER_LIMITS = {"max_turns": 60, "max_tokens_per_turn": 4096, "max_context_tokens": 32768}  # Agent-STAR's
+TeacherLimits = limits_defaulting_to(**TEACHER_LIMITS)  # a `limits` section's missing keys take these
 
 
 class TeacherParams(Params):
@@ -49,7 +43,7 @@ class TeacherParams(Params):
     failure_rate: float = Field(0.0, ge=0, le=1)  # injected transient tool failures
     slip_rate: float = Field(0.0, ge=0, le=1)  # expert calls first made with a slipped city name, then recovered
     limit: int | None = Field(None, ge=1)  # teach only the first `limit` queries
-    limits: LimitsParams = Field(default_factory=LimitsParams)
+    limits: TeacherLimits = LimitsParams(**TEACHER_LIMITS)
     endpoint: EndpointParams | None = None
 
     @model_validator(mode="after")
@@ -69,12 +63,7 @@ def make_policy(params: TeacherParams) -> Any:
     """The teacher's policy backend."""
     if params.kind == "expert":
         return ExpertPolicy(params.expert_config())
-    from components.agent.http import EndpointConfig, OpenAIChatPolicy
-
-    e = params.endpoint
-    return OpenAIChatPolicy(EndpointConfig(
-        base_url=e.base_url, model=e.model, api_key_env=e.api_key_env, temperature=e.temperature,
-        concurrency=e.concurrency, timeout_s=e.timeout_s, max_retries=e.max_retries, backoff_s=e.backoff_s))
+    return OpenAIChatPolicy(params.endpoint.config())
 
 
 def read_finished(path: Path) -> list[dict]:
@@ -159,8 +148,6 @@ def batches(items: list, size: int) -> Iterable[list]:
 
 def teach(world: Any, queries: list[Query], params: TeacherParams, out: Path, progress: bool = True) -> dict:
     """Roll the teacher out on every query not yet in `out`; returns the stage summary over the whole file."""
-    from tqdm.auto import tqdm
-
     started = time.perf_counter()
     queries = queries[: params.limit] if params.limit else queries
     check_resumable(out, params, input_hashes(world, queries))

@@ -1,4 +1,4 @@
-"""Query text (TRAVEL_ENV.md section 7, step 4): a template renderer with varied phrasings, and an LLM
+"""Query text (query synthesis, step 4): a template renderer with varied phrasings, and an LLM
 back-translation mode through an OpenAI-compatible endpoint (few-shot, as Agent-STAR).
 """
 from __future__ import annotations

@@ -1,11 +1,14 @@
 """`star sft`: fine-tune a checkpoint on the SFT records (assistant-only loss) and save a Hugging Face checkpoint.
-Heavy libraries are imported inside the handler."""
+Heavy libraries (torch, transformers, mlflow) are imported inside the handler, so that `star --help` stays fast."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 from pathlib import Path
+
+from components.params import load_section
+from components.training.sft_params import SFTParams
 
 REGISTERED_NAME = "star-sft"
 
@@ -27,8 +30,8 @@ def sft(args: argparse.Namespace) -> int:
     from components import tracking
     from components.models.factory import count_parameters
     from components.models.loading import load_policy_model, load_tokenizer
-    from components.params import load_section
-    from components.training.sft import SFTParams, build_examples, load_records, run_sft, write_loss_csv
+    from components.training.sft import build_examples, load_records, write_loss_csv
+    from components.training.sft_run import run_sft
 
     params = load_section(args.params, "sft", SFTParams)
     train_records = load_records(args.data / "train.jsonl")

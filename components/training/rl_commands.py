@@ -1,9 +1,12 @@
 """`star rl`: reinforcement learning (GRPO / Dr.GRPO / DAPO / ARPO) from the SFT checkpoint in the travel sandbox.
-Heavy libraries are imported inside the handler."""
+Heavy libraries (torch, transformers, mlflow) are imported inside the handler, so that `star --help` stays fast."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from components.params import load_section
+from components.training.rl.params import RLParams
 
 REGISTERED_NAME = "star-rl"
 
@@ -31,8 +34,6 @@ def rl(args: argparse.Namespace) -> int:
     """Run the rl stage inside one MLflow child run: every step's metrics, then the reward curve and the model. A run
     that resumes from a checkpoint is tagged with the run it continues (`star.resumed_from_run`)."""
     from components import tracking
-    from components.params import load_section
-    from components.training.rl.params import RLParams
     from components.training.rl.trainer import RLPaths, train
 
     params = load_section(args.params, "rl", RLParams)

@@ -6,73 +6,36 @@ ids are built from the agent loop's own segments (`components.agent.tokens`): th
 is 1 exactly on the tokens of assistant turns flagged for training (their `<|im_end|>` included) and 0 on system,
 user and tool tokens and on padding; masked tokens stay in the attention context.
 
-Two backends train the same examples with the same loss: a plain torch loop (CPU, the tiny preset: AdamW, warmup
-then cosine, token-mean loss over each optimiser step) and the transformers `Trainer` with an optional DeepSpeed
-ZeRO config (GPU, real presets).
+Two backends train the same examples with the same loss and learning-rate schedule (`components.training.schedule`):
+a plain torch loop (CPU, the tiny preset: AdamW, token-mean loss over each optimiser step) and the transformers
+`Trainer` with an optional DeepSpeed ZeRO config (GPU, real presets; `sft_trainer.py`); `sft_run.run_sft` picks one.
 """
 from __future__ import annotations
 
-import json
+import contextlib
+import csv
 import math
-import os
 import random
-import shutil
 import time
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
 
-from pydantic import Field, model_validator
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from components.agent import tokens as tok
 from components.errors import UserError
 from components.jsonl import iter_jsonl
-from components.params import Params
+from components.training import schedule
+from components.training.sft_params import SFTParams  # also importable from here, as it always was
 
 IGNORE_INDEX = -100
-DEEPSPEED_CONFIGS = {"zero2": "ds_zero2.json", "zero3": "ds_zero3.json"}
 
 OnLog = Callable[[dict, int], None]
 """Called with (metrics, step) at every logged step; the stage passes its MLflow run's `log_metrics`."""
-
-
-class SFTParams(Params):
-    """`sft:` in params/sft.yaml."""
-
-    epochs: float = Field(3.0, gt=0, description="passes over the training records (fractions allowed)")
-    learning_rate: float = Field(1e-3, gt=0)
-    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_ratio: float = Field(0.05, ge=0, lt=1, description="share of optimiser steps spent warming up")
-    weight_decay: float = Field(0.0, ge=0)
-    max_grad_norm: float = Field(1.0, gt=0)
-    batch_size: int = Field(8, ge=1, description="sequences per optimiser step (the effective batch)")
-    micro_batch_size: int = Field(8, ge=1, description="sequences per forward pass (gradient accumulation below)")
-    cutoff_len: int = Field(20480, ge=16, description="longest record in tokens")
-    overlong: Literal["drop", "error"] = Field(
-        "drop", description="a record over cutoff_len is dropped and counted, or stops the stage; never truncated")
-    eval_every: int = Field(50, ge=1, description="optimiser steps between eval-loss measurements")
-    eval_records: int | None = Field(
-        None, ge=1, description="the first N held-out records scored for the eval loss (null: all of them); each "
-                                "measurement is a forward pass over every one")
-    max_steps: int | None = Field(
-        None, ge=1, description="stop after this many optimiser steps; the LR schedule then follows steps alone, so "
-                                "the same params, data and thread count give bit-identical weights")
-    max_minutes: float | None = Field(
-        None, gt=0, description="stop training after this much wall time; without max_steps the LR schedule decays "
-                                "over this time (a run then depends on the machine's speed: not reproducible)")
-    seed: int = 0
-    backend: Literal["auto", "torch", "trainer"] = Field(
-        "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
-
-    deepspeed: Literal["none", "zero2", "zero3"] = "none"
-    dtype: Literal["auto", "float32", "bfloat16"] = Field(
-        "auto", description="compute precision (weights stay float32). GPU: auto = bf16 where supported. CPU: auto = "
-                            "bf16 autocast of the training forward/backward where the CPU computes bf16 natively "
-                            "(AVX512-BF16 or AMX: about 1.4x the tokens/s of float32), float32 elsewhere (emulated "
-                            "bf16 measured 16x slower than float32 on an AVX2-only CPU); eval loss is float32")
-    gradient_checkpointing: bool = False
-    cpu_threads: int | None = Field(
-        None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
 
 
 @dataclass(frozen=True)
@@ -190,8 +153,6 @@ def length_grouped_batches(lengths: list[int], batch_size: int, seed: int) -> li
 
 def collate(examples: list[SFTExample], pad_id: int) -> dict:
     """Right-padded tensors `input_ids`, `attention_mask`, `labels` (-100 on masked and padding positions)."""
-    import torch
-
     width = max(len(e) for e in examples)
     input_ids, attention, labels = [], [], []
     for e in examples:
@@ -203,26 +164,13 @@ def collate(examples: list[SFTExample], pad_id: int) -> dict:
             "labels": torch.tensor(labels)}
 
 
-def learning_rate_at(progress: float, peak: float, warmup_ratio: float, schedule: str) -> float:
-    """Learning rate at `progress` in [0, 1] of training: linear warm-up to `peak` over the first `warmup_ratio`,
-    then cosine or linear decay to 0 at the end (or constant)."""
-    progress = min(max(progress, 0.0), 1.0)
-    if warmup_ratio and progress < warmup_ratio:
-        return peak * progress / warmup_ratio
-    if schedule == "constant":
-        return peak
-    decay = (progress - warmup_ratio) / max(1e-9, 1.0 - warmup_ratio)
-    if schedule == "linear":
-        return peak * (1.0 - decay)
-    return peak * 0.5 * (1.0 + math.cos(math.pi * decay))
-
-
-def training_progress(step: int, total_steps: int, elapsed_s: float, max_minutes: float | None) -> float:
-    """How far training is, in [0, 1]: by steps, or by wall time when a time limit will end it sooner (so the
-    schedule decays fully within `max_minutes`)."""
-    by_steps = step / max(1, total_steps)
-    by_time = elapsed_s / (60 * max_minutes) if max_minutes else 0.0
-    return min(1.0, max(by_steps, by_time))
+def schedule_position(step: int, total_steps: int, elapsed_s: float, max_minutes: float | None) -> float:
+    """Where training is on the LR schedule, in optimiser steps: `step` (0-based), or further when a time limit will
+    end training sooner (a fraction of `total_steps` as large as the fraction of `max_minutes` gone, so that the
+    schedule decays fully within the time)."""
+    if not max_minutes:
+        return step
+    return min(total_steps, max(step, total_steps * elapsed_s / (60 * max_minutes)))
 
 
 # ---------------------------------------------------------------------------------------------------- loss
@@ -235,8 +183,6 @@ def masked_loss_sum(model, batch: dict):
     of a small model's compute (and of a large vocabulary's memory). The model is called as a whole, so wrappers
     (DDP, DeepSpeed) see a normal forward.
     """
-    import torch.nn.functional as F
-
     targets = batch["labels"][:, 1:]
     positions = (targets != IGNORE_INDEX).any(dim=0).nonzero().squeeze(-1)
     # No attention mask: padding is on the right, so under the causal mask no real token ever sees a pad, and the
@@ -273,8 +219,6 @@ def evaluate_token_accuracy(model, examples: list[SFTExample], pad_id: int, micr
 
 def _sum_over_batches(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int, measure) -> tuple:
     """Sum `measure(model, batch) -> (value, count)` over `examples` in eval mode, without gradients."""
-    import torch
-
     if not examples:
         return 0.0, 0
     device = next(model.parameters()).device
@@ -301,9 +245,9 @@ def plan_steps(num_examples: int, params: SFTParams) -> int:
 
 
 def warmup_steps(num_examples: int, params: SFTParams) -> int:
-    """`warmup_ratio` as a whole number of optimiser steps (transformers before 5 reads a float `warmup_steps` as a
-    step count, not a ratio)."""
-    return math.ceil(params.warmup_ratio * plan_steps(num_examples, params))
+    """`warmup_ratio` as a whole number of optimiser steps (both backends; transformers before 5 reads a float
+    `warmup_steps` as a step count, not a ratio)."""
+    return schedule.warmup_steps(params.warmup_ratio, plan_steps(num_examples, params))
 
 
 def batch_schedule(lengths: list[int], params: SFTParams, total_steps: int) -> list[tuple[float, list[int]]]:
@@ -317,7 +261,8 @@ def batch_schedule(lengths: list[int], params: SFTParams, total_steps: int) -> l
     return steps[:total_steps]
 
 
-def accumulate_gradients(model, examples: list[SFTExample], pad_id: int, micro_batch_size: int) -> tuple[float, int, int]:
+def accumulate_gradients(model, examples: list[SFTExample], pad_id: int,
+                         micro_batch_size: int) -> tuple[float, int, int]:
     """Backpropagate one optimiser step's loss, micro-batch by micro-batch: every micro-batch's summed loss is
     divided by the trained-token count of the WHOLE step, so the gradient is the step's token mean whatever the
     micro-batch size. Returns (summed loss, trained tokens, non-pad tokens)."""
@@ -336,8 +281,6 @@ def accumulate_gradients(model, examples: list[SFTExample], pad_id: int, micro_b
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX-BF16). Without it torch emulates bf16 matmuls,
     which measured 16x slower than float32 on an AVX2-only CPU."""
-    import torch
-
     capabilities = getattr(torch.cpu, "get_capabilities", None)
     if capabilities is not None:
         found = capabilities()
@@ -355,8 +298,6 @@ def cpu_compute_dtype(dtype: str, native_bf16: bool) -> str:
     if dtype == "auto":
         return "bfloat16" if native_bf16 else "float32"
     if dtype == "bfloat16" and not native_bf16:
-        import warnings
-
         warnings.warn("sft dtype bfloat16 on a CPU without AVX512-BF16/AMX: torch emulates bf16, measured 16x slower "
                       "than float32 on an AVX2 CPU; set dtype: auto (or float32) unless bit-identity with a bf16 run "
                       "matters more than time", stacklevel=2)
@@ -367,35 +308,50 @@ def cpu_autocast(dtype: str, device):
     """The context the torch loop trains in: bf16 autocast on CPU when `dtype` is bfloat16, else a no-op.
 
     Weights, gradients and optimizer state stay float32; only the matmuls of the forward/backward run in bf16."""
-    import contextlib
-
-    import torch
-
     if dtype == "bfloat16" and torch.device(device).type == "cpu":
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
-def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
-                on_log: OnLog | None = None, progress: bool = True) -> SFTResult:
-    """The CPU trainer: AdamW, warm-up + cosine, gradient clipping, loss = token mean over each optimiser step's
-    trained tokens (gradient accumulation over micro-batches divides by the whole step's count)."""
-    import torch
-    from tqdm.auto import tqdm
-
-    if not train:
-        raise UserError("no SFT examples to train on (every record was empty or over cutoff_len)")
+def prepare_torch_run(model, params: SFTParams) -> str:
+    """Seed torch, set its CPU threads and gradient checkpointing as `params` say; return the compute dtype."""
     torch.manual_seed(params.seed)
     if params.cpu_threads:
         torch.set_num_threads(params.cpu_threads)
+    if params.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     device = next(model.parameters()).device
-    compute_dtype = cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
-    pad_id = tokenizer.pad_token_id
+    return cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
+
+
+def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> float:
+    """Give every parameter group the learning rate `lr`; return it."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    return lr
+
+
+def optimizer_step(model, optimizer: torch.optim.Optimizer, max_grad_norm: float) -> float:
+    """Clip the accumulated gradients, apply and clear them; return their norm before clipping."""
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
+                on_log: OnLog | None = None, progress: bool = True) -> SFTResult:
+    """The CPU trainer: AdamW, the shared LR schedule, gradient clipping, loss = token mean over each optimiser
+    step's trained tokens (gradient accumulation over micro-batches divides by the whole step's count)."""
+    if not train:
+        raise UserError("no SFT examples to train on (every record was empty or over cutoff_len)")
+    compute_dtype = prepare_torch_run(model, params)
+    device, pad_id = next(model.parameters()).device, tokenizer.pad_token_id
     total_steps = plan_steps(len(train), params)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay,
                                   betas=(0.9, 0.95))
-    if params.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+    lr_factor = schedule.lr_multiplier(params.lr_scheduler, warmup_steps(len(train), params), total_steps)
+    schedule_minutes = None if params.max_steps else params.max_minutes  # a step budget keeps the run deterministic
     result = SFTResult()
     initial_eval = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size)
     model.train()
@@ -404,25 +360,18 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     stopped = "completed"
     bar = tqdm(batch_schedule([len(e) for e in train], params, total_steps), desc="sft", unit="step",
                disable=not progress)
-    schedule_minutes = None if params.max_steps else params.max_minutes  # a step budget keeps the run deterministic
     for step, (epoch, indices) in enumerate(bar, start=1):
-        progress = training_progress(step - 1, total_steps, time.perf_counter() - started, schedule_minutes)
-        lr = learning_rate_at(progress, params.learning_rate, params.warmup_ratio, params.lr_scheduler)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
+        position = schedule_position(step - 1, total_steps, time.perf_counter() - started, schedule_minutes)
+        lr = set_learning_rate(optimizer, params.learning_rate * lr_factor(position))
         with cpu_autocast(compute_dtype, device):
             step_loss, step_tokens, step_seen = accumulate_gradients(model, [train[i] for i in indices], pad_id,
                                                                      params.micro_batch_size)
-        seen_tokens += step_seen
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), params.max_grad_norm))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        trained_tokens += step_tokens
+        grad_norm = optimizer_step(model, optimizer, params.max_grad_norm)
+        seen_tokens, trained_tokens = seen_tokens + step_seen, trained_tokens + step_tokens
         row = {"step": step, "epoch": round(epoch, 4), "train_loss": step_loss / max(1, step_tokens),
                "learning_rate": lr, "grad_norm": grad_norm,
                "tokens_per_second": seen_tokens / max(1e-9, time.perf_counter() - started)}
-        elapsed_min = (time.perf_counter() - started) / 60
-        out_of_time = params.max_minutes is not None and elapsed_min >= params.max_minutes
+        out_of_time = params.max_minutes is not None and (time.perf_counter() - started) / 60 >= params.max_minutes
         if step % params.eval_every == 0 or step == total_steps or out_of_time:
             row["eval_loss"] = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size)
         result.history.append(row)
@@ -462,169 +411,8 @@ def summarise(history: list[dict], initial_eval: float | None, wall: float, seen
     }
 
 
-# ---------------------------------------------------------------------------------------------------- Trainer (GPU)
-
-def deepspeed_config(name: str) -> str | None:
-    """Path of the packaged DeepSpeed config for `zero2`/`zero3` (None for `none`); requires deepspeed installed."""
-    if name == "none":
-        return None
-    import importlib.util
-
-    if importlib.util.find_spec("deepspeed") is None:
-        raise UserError(f"sft.deepspeed: {name} needs DeepSpeed: pip install 'star-pipeline[gpu]' "
-                        "(or set sft.deepspeed: none)")
-    return str(Path(__file__).with_name(DEEPSPEED_CONFIGS[name]))
-
-
-class _ExampleDataset:
-    """A map-style dataset of encoded examples for the transformers Trainer."""
-
-    def __init__(self, examples: list[SFTExample]):
-        self.examples = examples
-
-    def __len__(self) -> int:
-        return len(self.examples)
-
-    def __getitem__(self, index: int) -> dict:
-        e = self.examples[index]
-        return {"input_ids": e.input_ids, "mask": e.mask}
-
-
-def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
-                  out_dir: str | Path, on_log: OnLog | None = None) -> SFTResult:
-    """The GPU trainer: transformers `Trainer` (optionally DeepSpeed ZeRO-2/3) on the same examples and loss; saves
-    the final weights into `out_dir` itself (ZeRO-3 shards must be gathered by the Trainer)."""
-    import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    ds_config = deepspeed_config(params.deepspeed)
-    if ds_config is not None:
-        for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", "RANK": "0", "LOCAL_RANK": "0",
-                           "WORLD_SIZE": "1"}.items():
-            os.environ.setdefault(key, value)  # a single-process DeepSpeed run started without a launcher
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    accumulation = max(1, params.batch_size // (params.micro_batch_size * world_size))
-    pad_id = tokenizer.pad_token_id
-    history: list[dict] = []
-
-    class Forward(TrainerCallback):
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            logs = dict(logs or {})
-            row = {"step": state.global_step, "epoch": round(state.epoch or 0.0, 4)}
-            if "loss" in logs:
-                row["train_loss"] = logs["loss"]
-            if "eval_loss" in logs:
-                row["eval_loss"] = logs["eval_loss"]
-            if "learning_rate" in logs:
-                row["learning_rate"] = logs["learning_rate"]
-            if "grad_norm" in logs:
-                row["grad_norm"] = logs["grad_norm"]
-            if history and history[-1]["step"] == row["step"]:
-                history[-1].update(row)
-            else:
-                history.append(row)
-            if on_log is not None and len(row) > 2:
-                on_log({k: v for k, v in row.items() if k != "step"}, row["step"])
-
-    class TimeLimit(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if params.max_minutes is not None and time.perf_counter() - started >= 60 * params.max_minutes:
-                control.should_training_stop = True
-
-    class MaskedLossTrainer(Trainer):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss_sum, count = masked_loss_sum(model, inputs)
-            denominator = num_items_in_batch if num_items_in_batch is not None else max(1, count)
-            loss = loss_sum / denominator
-            return (loss, {}) if return_outputs else loss
-
-    def collator(items: list[dict]) -> dict:
-        return collate([SFTExample(i["input_ids"], i["mask"]) for i in items], pad_id)
-
-    if params.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-    bf16 = torch.cuda.is_available() and params.dtype in ("auto", "bfloat16") and torch.cuda.is_bf16_supported()
-    args = TrainingArguments(
-        output_dir=str(Path(out_dir) / "_trainer"),
-        num_train_epochs=params.epochs,
-        max_steps=params.max_steps or -1,
-        learning_rate=params.learning_rate,
-        lr_scheduler_type=params.lr_scheduler,
-        warmup_steps=warmup_steps(len(train), params),
-        weight_decay=params.weight_decay,
-        max_grad_norm=params.max_grad_norm,
-        per_device_train_batch_size=params.micro_batch_size,
-        per_device_eval_batch_size=params.micro_batch_size,
-        gradient_accumulation_steps=accumulation,
-        bf16=bf16,
-        deepspeed=ds_config,
-        prediction_loss_only=True,
-        eval_strategy="steps" if eval_examples else "no",
-        eval_steps=params.eval_every,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        remove_unused_columns=False,
-        train_sampling_strategy="group_by_length",
-        seed=params.seed,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    trainer = MaskedLossTrainer(model=model, args=args, train_dataset=_ExampleDataset(train),
-                                eval_dataset=_ExampleDataset(eval_examples) if eval_examples else None,
-                                data_collator=collator, callbacks=[Forward(), TimeLimit()])
-    initial_eval = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size) if eval_examples else None
-    started = time.perf_counter()  # read by TimeLimit
-    trainer.train()
-    wall = time.perf_counter() - started
-    if eval_examples:
-        trainer.evaluate()
-    trainer.save_model(str(out_dir))
-    # Token counts estimated from the mean example: the Trainer does not report them.
-    sequences = trainer.state.global_step * params.batch_size
-    seen = int(sequences * sum(len(e) for e in train) / len(train))
-    trained = int(sequences * sum(sum(e.mask) for e in train) / len(train))
-    rows = [r for r in history if "train_loss" in r]
-    stopped = "completed" if trainer.state.global_step >= trainer.state.max_steps else "max_minutes"
-    summary = summarise(rows, initial_eval, wall, seen, trained, trainer.state.max_steps, stopped)
-    summary["final_eval_loss"] = next((r["eval_loss"] for r in reversed(history) if "eval_loss" in r), None)
-    shutil.rmtree(Path(out_dir) / "_trainer", ignore_errors=True)
-    (Path(out_dir) / "training_args.bin").unlink(missing_ok=True)
-    return SFTResult(history=history, summary=summary)
-
-
-# ---------------------------------------------------------------------------------------------------- entry point
-
-def choose_backend(params: SFTParams) -> str:
-    """`torch` on CPU, `trainer` on GPU, unless params say otherwise."""
-    if params.backend != "auto":
-        return params.backend
-    import torch
-
-    return "trainer" if torch.cuda.is_available() else "torch"
-
-
-def run_sft(model, tokenizer, train: list[SFTExample], eval_examples: list[SFTExample], params: SFTParams,
-            out_dir: str | Path, on_log: OnLog | None = None, manifest: dict | None = None,
-            progress: bool = True) -> SFTResult:
-    """Train with the chosen backend and write a Hugging Face checkpoint (model + tokenizer) into `out_dir`."""
-    from components.models.checkpoints import save_checkpoint, write_manifest
-
-    backend = choose_backend(params)
-    if backend == "trainer":
-        result = train_trainer(model, tokenizer, train, eval_examples, params, out_dir, on_log)
-        tokenizer.save_pretrained(out_dir)
-        write_manifest(out_dir, **(manifest or {}), backend=backend)
-    else:
-        result = train_torch(model, tokenizer, train, eval_examples, params, on_log, progress=progress)
-        save_checkpoint(model, tokenizer, out_dir, **(manifest or {}), backend=backend)
-    result.summary["backend"] = backend
-    return result
-
-
 def write_loss_csv(history: list[dict], path: str | Path) -> Path:
     """plots/sft/loss.csv: one row per step with `step, epoch, train_loss, eval_loss, learning_rate`."""
-    import csv
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = ["step", "epoch", "train_loss", "eval_loss", "learning_rate"]

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from components.errors import UserError
 
+# Each handler imports its stage code (typed params, MLflow through components.tracking) when called, so that
+# `star --help` stays instant.
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     world = subparsers.add_parser("world", help="materialise the sandbox database (synthetic or real)")

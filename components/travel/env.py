@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from components.travel import protocol
+from components.travel.plans import parse_plan  # the plan grammar lives with the evaluator
 from components.travel.tools import TOOL_SCHEMAS, call_tool
 from components.travel.world import World
 
@@ -83,8 +84,6 @@ class TravelEnv:
         return Step(protocol.tool_response(output.text), False, info)
 
     def _answer(self, answer: protocol.Answer) -> Step:
-        from components.travel.plans import parse_plan  # the plan grammar lives with the evaluator
-
         plan, error = parse_plan(answer.text)
         self.done = True
         info = {"kind": "answer", "answer": answer.text, "plan": plan, "plan_error": error, "tool_error": False,

@@ -16,6 +16,8 @@ from typing import Any
 from components.errors import UserError
 from components.jsonl import iter_jsonl
 
+# The evaluator, the world tables and tqdm are imported where they are used, so that `star --help` stays instant.
+
 METRIC_LABELS = (
     ("delivery_rate", "Delivery rate"),
     ("commonsense_micro", "Commonsense micro"),

@@ -1,4 +1,4 @@
-"""The TravelPlanner evaluator: 8 commonsense and 5 hard checks, in two modes (TRAVEL_ENV.md section 5).
+"""The TravelPlanner evaluator: 8 commonsense and 5 hard checks, in two modes.
 
 - `official` reproduces the public evaluator (`commonsense_constraint.py` / `hard_constraint.py`) rule by rule,
   quirks included, so our numbers compare with published ones; where the public code would crash on a malformed
@@ -196,7 +196,7 @@ def evaluate_plan(world: Any, query: Query, plan: Any, mode: str = "strict", loo
     if _is_absent(plan):
         return _undelivered(query, mode, "no plan delivered")
     days, error = _as_days(plan)
-    if days is None:  # text that is not a plan delivers nothing (TRAVEL_ENV.md 4: absent plan = not delivered)
+    if days is None:  # text that is not a plan delivers nothing (an absent plan is not delivered)
         return _undelivered(query, mode, f"no plan delivered: {error}")
     ctx = _Context(world, query, days, lookup or lookup_for(world))
     checks = OFFICIAL_COMMONSENSE if mode == "official" else STRICT_COMMONSENSE

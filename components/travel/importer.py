@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pacsv
 
 from components.errors import UserError
 from components.travel.world import (
@@ -94,8 +95,6 @@ def load_cities(path: Path) -> pd.DataFrame:
 
 def load_flights_csv(path: Path) -> pa.Table:
     """The official flights CSV (3.8 M rows) read with pyarrow; rows with an empty field dropped (official)."""
-    import pyarrow.csv as pacsv
-
     table = pacsv.read_csv(path)
     table = table.select([c for c in table.column_names if c and not c.startswith("Unnamed")])
     table = table.drop_null()

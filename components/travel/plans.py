@@ -1,4 +1,4 @@
-"""Plan parsing and the small string grammars inside a plan (TRAVEL_ENV.md section 4).
+"""Plan parsing and the small string grammars inside a plan.
 
 `parse_plan` turns whatever an agent (or a file) gives into a list of day dicts with the official keys, or says why
 it cannot; it never raises. `normalize=True` (the default) also removes the junk real models add to field values

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.travel.tools import TOOL_NAMES
+
 TURN_FORMAT = (
     "<think>your short reasoning</think><tool_call>{\"name\": \"<tool name>\", \"arguments\": {<JSON object>}}"
     "</tool_call>\nor, to finish:\n<think>your short reasoning</think><answer>your final answer</answer>"
@@ -113,8 +115,6 @@ def system_prompt(tool_schemas: list[dict], role: str | None = None, rules: str 
     inside `<tools>` and shows an example plan; `style="compact"` (the tiny preset, a few hundred characters)
     keeps the rules, one-line tool signatures and the turn and answer formats.
     """
-    from components.travel.tools import TOOL_NAMES
-
     if style not in PROMPT_STYLES:
         raise ValueError(f"prompt style {style!r} is not one of {list(PROMPT_STYLES)}")
     names = {schema.get("function", schema).get("name") for schema in tool_schemas}

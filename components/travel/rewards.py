@@ -1,4 +1,4 @@
-"""RL rewards from a (strict) plan evaluation (TRAVEL_ENV.md section 6).
+"""RL rewards from a (strict) plan evaluation.
 
 Five components per trajectory: cs_micro (passed / 8), hard_micro (passed / applicable), cs_macro, hard_macro and
 success (0 or 1). SUM is their (weighted) mean, MACRO the mean of cs_macro, hard_macro and success, SUCCESS the

@@ -69,6 +69,7 @@ def test_a_missing_params_file_is_a_user_error_naming_the_file(tmp_path: Path, c
     assert "nope.yaml does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_rollout_writes_trajectories_and_both_modes_metrics(tiny_checkpoint, tiny_world, tiny_world_dir, make_queries,
                                                             tmp_path: Path, capsys):
     queries = dump_queries(make_queries(tiny_world), tmp_path / "q.jsonl")

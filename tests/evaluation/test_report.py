@@ -4,9 +4,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from components.evaluation.report import ReportParams, build_report, order_checkpoints
 
 
+@pytest.mark.slow
 def test_report_writes_tables_for_every_checkpoint_and_the_three_figures(metrics_tree, tmp_path: Path):
     metrics, plots = metrics_tree
     written = build_report(metrics, plots, tmp_path / "reports", ReportParams())

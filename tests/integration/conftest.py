@@ -21,7 +21,7 @@ AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing-access-key",
     "AWS_SECRET_ACCESS_KEY": "testing-secret-key-xyz",
     "AWS_DEFAULT_REGION": "us-east-1",
-    # S3-compatible stores other than AWS reject boto3's default checksums (PIPELINE.md)
+    # S3-compatible stores other than AWS reject boto3's default checksums
     "AWS_REQUEST_CHECKSUM_CALCULATION": "when_required",
     "AWS_RESPONSE_CHECKSUM_VALIDATION": "when_required",
 }

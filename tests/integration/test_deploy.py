@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from components.orchestration import commands
+from flows import commands
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

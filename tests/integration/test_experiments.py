@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from components.orchestration.sample_project import make_sample_project
+from orchestration.sample_project import make_sample_project
 
 pytestmark = pytest.mark.integration
 DVC = str(Path(sys.executable).parent / "dvc")

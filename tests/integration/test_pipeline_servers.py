@@ -7,7 +7,7 @@ import os
 import boto3
 import pytest
 
-from components.orchestration.sample_project import make_sample_project
+from orchestration.sample_project import make_sample_project
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,5 @@
-"""The `star preset`, `star sweep` and `star ui` commands as a user calls them."""
+"""The `star preset`, `star ui` (components/orchestration/commands.py) and `star run`, `star sweep`
+(flows/commands.py) commands as a user calls them."""
 from __future__ import annotations
 
 import argparse
@@ -9,12 +10,15 @@ import yaml
 
 from components.errors import UserError
 from components.orchestration import commands
+from flows import commands as flow_commands
 
 
 def star(*argv: str) -> int:
-    """Parse and run one orchestration command, the way `star` does."""
+    """Parse and run one orchestration or flow command, the way `star` does."""
     parser = argparse.ArgumentParser(prog="star")
-    commands.register(parser.add_subparsers(dest="command"))
+    subparsers = parser.add_subparsers(dest="command")
+    commands.register(subparsers)
+    flow_commands.register(subparsers)
     args = parser.parse_args(argv)
     return args.handler(args)
 
@@ -44,12 +48,12 @@ def test_preset_list_marks_the_active_preset_and_says_what_each_is(tmp_path, cap
 
 
 def test_sweep_variants_parse_into_dvc_overrides():
-    assert commands.parse_variants(["macro=params/rl.yaml:rl.reward.kind=macro",
+    assert flow_commands.parse_variants(["macro=params/rl.yaml:rl.reward.kind=macro",
                                     "big=params/rl.yaml:rl.epochs=5,params/sft.yaml:sft.epochs=6"]) == {
         "macro": ["params/rl.yaml:rl.reward.kind=macro"],
         "big": ["params/rl.yaml:rl.epochs=5", "params/sft.yaml:sft.epochs=6"]}
     with pytest.raises(UserError, match="expected NAME=FILE:KEY=VALUE"):
-        commands.parse_variants(["macro"])
+        flow_commands.parse_variants(["macro"])
 
 
 def test_ui_prints_both_servers_on_localhost(tmp_path, monkeypatch, capsys):
@@ -75,14 +79,14 @@ def test_star_run_gives_prefects_temporary_server_time_to_start_unless_told_othe
     key = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     monkeypatch.delenv(key, raising=False)
-    commands._patient_ephemeral_server()
+    flow_commands._patient_ephemeral_server()
     assert int(os.environ[key]) >= 120  # Prefect's 20 s default timed out on a loaded 2-core laptop
 
     monkeypatch.setenv(key, "45")  # the user's own setting wins
-    commands._patient_ephemeral_server()
+    flow_commands._patient_ephemeral_server()
     assert os.environ[key] == "45"
 
     monkeypatch.delenv(key)
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:4200/api")  # a real server: nothing to start
-    commands._patient_ephemeral_server()
+    flow_commands._patient_ephemeral_server()
     assert key not in os.environ

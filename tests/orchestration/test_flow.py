@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from components.orchestration.sample_project import make_sample_project
+from .sample_project import make_sample_project
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import pytest
 
 from components.errors import UserError
 from components.orchestration.graph import StageNode, read_graph, run_cache_key, select
-from components.orchestration.sample_project import make_sample_project
+from .sample_project import make_sample_project
 
 REPO = Path(__file__).resolve().parents[2]
 

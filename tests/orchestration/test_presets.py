@@ -10,8 +10,9 @@ import yaml
 
 from components.errors import UserError
 from components.orchestration.presets import (
-    FAMILIES, MISSING, active_preset, apply_preset, check_params, deep_merge, load_preset, merge_into_file,
+    FAMILIES, MISSING, apply_preset, check_params, deep_merge, load_preset, merge_into_file,
 )
+from components.params import active_preset
 
 REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "params" / "presets"

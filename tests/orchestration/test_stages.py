@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.orchestration.sample_project import make_sample_project
+from .sample_project import make_sample_project
 from components.orchestration.stages import StageFailed, classify, repro_command, run_stage
 
 
@@ -24,6 +24,7 @@ def test_user_errors_are_not_transient():
     assert StageFailed("sft", -9, "Killed").transient
 
 
+@pytest.mark.slow
 def test_a_stage_with_a_bad_param_fails_with_the_file_and_key_in_the_message(tmp_path):
     root = make_sample_project(tmp_path / "p")
     (root / "params" / "prepare.yaml").write_text("prepare:\n  n: five\n")
@@ -43,6 +44,7 @@ def test_a_stage_log_never_shows_a_url_password_it_printed(tmp_path):
     assert "s3cret" not in str(failure.value) + "\n".join(lines)
 
 
+@pytest.mark.slow
 def test_run_stage_reports_ran_then_unchanged(tmp_path):
     root = make_sample_project(tmp_path / "p")
     lines = []

@@ -98,6 +98,7 @@ def sqlite_store(tmp_path, monkeypatch, mlflow_db):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_stage_runs_nest_under_the_pipeline_run_with_params_metrics_artifacts_and_models(sqlite_store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
@@ -166,6 +167,7 @@ with tracking.stage_run(sys.argv[2]) as run:
 """
 
 
+@pytest.mark.slow
 def test_stage_processes_started_together_on_a_fresh_sqlite_store_all_log(tmp_path, monkeypatch):
     """Two `star` stages started at once used to race MLflow's schema migrations (`duplicate column name: step`)."""
     import subprocess
@@ -224,6 +226,7 @@ def test_a_run_of_a_dead_process_on_this_host_is_orphaned_and_others_are_not():
     assert not tracking.is_orphaned({}, "gpu-1", alive)  # a run of an older version: no pid recorded
 
 
+@pytest.mark.slow
 def test_world_build_with_an_unreachable_tracking_server_finishes_in_seconds_and_spools_its_metrics(tmp_path):
     """`star world build` against a closed port used to retry for 251 s, then die with a traceback."""
     import subprocess
@@ -426,6 +429,7 @@ with tracking.stage_run("rl") as run:
 """
 
 
+@pytest.mark.slow
 def test_a_stage_stopped_with_sigterm_ends_its_run_killed(sqlite_store):
     import subprocess
     import sys

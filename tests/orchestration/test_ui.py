@@ -67,6 +67,7 @@ def ui_environment(project: Path, marker: str) -> dict[str, str]:
             "STAR_TEST_MARKER": marker, "OMP_NUM_THREADS": "1"}
 
 
+@pytest.mark.slow
 def test_ui_start_on_a_busy_port_fails_in_one_line_before_starting_anything(project):
     marker = uuid.uuid4().hex
     with socket.socket() as busy:

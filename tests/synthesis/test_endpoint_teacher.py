@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.synthesis.synthesize import EndpointParams
+from components.agent.params import EndpointParams
 from components.synthesis.teacher import TeacherParams, read_finished, teach
 
 from .teacher_server import ExpertChatServer

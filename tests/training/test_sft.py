@@ -1,4 +1,4 @@
-"""SFT: the loss mask covers exactly what the policy samples, the pitfalls of TRAINING.md stay fixed, and a short
+"""SFT: the loss mask covers exactly what the policy samples, the known masking pitfalls stay fixed, and a short
 run on a few records lowers the loss and leaves a checkpoint that reloads."""
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ import torch
 
 from components.agent import tokens
 from components.errors import UserError
+from components.training.schedule import lr_multiplier
 from components.training.sft import (
     IGNORE_INDEX, SFTParams, accumulate_gradients, build_examples, collate, cpu_compute_dtype, encode_record,
-    evaluate_token_accuracy, learning_rate_at, length_grouped_batches, masked_loss_sum, run_sft, training_progress,
-    warmup_steps,
+    evaluate_token_accuracy, length_grouped_batches, masked_loss_sum, schedule_position, warmup_steps,
 )
+from components.training.sft_run import run_sft
 
 CITIES = ["Ithaca", "Charlotte", "Denver", "Austin", "Boston", "Tucson", "Salem", "Reno"]
 
@@ -183,18 +184,18 @@ def test_length_grouped_batches_cover_every_example_once():
     assert all(abs(lengths[b[0]] - lengths[b[-1]]) == 1 for b in batches)  # similar lengths share a batch
 
 
-def test_learning_rate_warms_up_then_follows_the_cosine():
-    assert learning_rate_at(0.05, peak=1.0, warmup_ratio=0.1, schedule="cosine") == pytest.approx(0.5)
-    assert learning_rate_at(0.1, peak=1.0, warmup_ratio=0.1, schedule="cosine") == pytest.approx(1.0)
-    assert learning_rate_at(0.55, peak=1.0, warmup_ratio=0.1, schedule="cosine") == pytest.approx(0.5)
-    assert learning_rate_at(1.0, peak=1.0, warmup_ratio=0.1, schedule="cosine") == pytest.approx(0.0)
-    assert learning_rate_at(0.7, peak=2.0, warmup_ratio=0.0, schedule="constant") == 2.0
+def test_the_schedule_follows_the_steps_or_a_time_limit_that_ends_training_sooner():
+    # 100 steps, 10 of warmup: half way through warmup at step 5, the peak at step 10, half of it at step 55
+    cosine = lr_multiplier("cosine", warmup=10, total_steps=100)
+    assert [cosine(s) for s in (5, 10, 55, 100)] == pytest.approx([0.5, 1.0, 0.5, 0.0])
     # A time limit that ends training sooner than the steps moves the schedule along with the clock (run_sft only
-    # passes it when no max_steps is set).
-    assert training_progress(step=10, total_steps=100, elapsed_s=30, max_minutes=1) == pytest.approx(0.5)
-    assert training_progress(step=10, total_steps=100, elapsed_s=30, max_minutes=None) == pytest.approx(0.1)
+    # passes it when no max_steps is set): half the time gone is half the steps.
+    assert schedule_position(step=10, total_steps=100, elapsed_s=30, max_minutes=1) == pytest.approx(50)
+    assert schedule_position(step=10, total_steps=100, elapsed_s=30, max_minutes=None) == 10
+    assert schedule_position(step=10, total_steps=100, elapsed_s=300, max_minutes=1) == 100  # never past the end
 
 
+@pytest.mark.slow
 def test_ten_steps_of_sft_lower_the_loss_and_the_checkpoint_reloads(tokenizer, records, tmp_path):
     from components.models.loading import load_policy_model
 
@@ -216,6 +217,7 @@ def test_ten_steps_of_sft_lower_the_loss_and_the_checkpoint_reloads(tokenizer, r
         assert torch.allclose(reloaded(ids).logits, model(ids).logits, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_step_budget_makes_training_reproducible_bit_for_bit(tokenizer, records, tmp_path):
     """With max_steps the LR schedule follows steps, not the clock (max_minutes is only a safety stop): the same
     params and data train the same weights however busy the machine is, which is what `dvc repro` promises."""
@@ -228,12 +230,16 @@ def test_a_step_budget_makes_training_reproducible_bit_for_bit(tokenizer, record
     for a, b in zip(*(run.history for run in runs)):
         assert (a["train_loss"], a["learning_rate"], a.get("eval_loss")) == (
             b["train_loss"], b["learning_rate"], b.get("eval_loss"))
+    # warmup_ratio 0.2 of 6 steps is 2 whole warmup steps (1.2 rounded up), then the cosine down to the last step
+    assert [row["learning_rate"] for row in runs[0].history] == pytest.approx(
+        [0.0, 1.5e-3, 3e-3, 3e-3 * 0.8536, 1.5e-3, 3e-3 * 0.1464], rel=1e-3)
     assert [row["learning_rate"] for row in runs[0].history] == [
-        learning_rate_at(step / 6, 3e-3, 0.2, "cosine") for step in range(6)]
+        3e-3 * lr_multiplier("cosine", 2, 6)(step) for step in range(6)]
     weights = [(tmp_path / f"run{i}" / "model.safetensors").read_bytes() for i in range(2)]
     assert weights[0] == weights[1]
 
 
+@pytest.mark.slow
 def test_bf16_autocast_on_cpu_trains_float32_weights_reproducibly(tokenizer, records, tmp_path):
     """`dtype: bfloat16` on CPU runs the training forward/backward under bf16 autocast; the weights, the optimizer
     and the eval loss stay float32, the loss falls, and two runs are still identical bit for bit."""
@@ -275,6 +281,7 @@ def test_gradient_accumulation_matches_one_big_batch(tokenizer, records):
         assert torch.allclose(a.grad, b.grad, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_trainer_backend_trains_the_same_examples(tokenizer, records, tmp_path):
     train, _ = build_examples(tokenizer, records[:32], cutoff_len=1024)
     held_out, _ = build_examples(tokenizer, records[32:36], cutoff_len=1024)

@@ -1,4 +1,4 @@
-"""Each quirk of the public evaluator: `official` reproduces it, `strict` fixes it (TRAVEL_ENV.md section 5).
+"""Each quirk of the public evaluator: `official` reproduces it, `strict` fixes it.
 
 The world is hand-made and tiny so every number below can be checked by reading it.
 """

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets as hf_datasets
+
 from components.errors import UserError
 
 FLASHRAG_REPO = "RUC-NLPIR/FlashRAG_datasets"
@@ -45,9 +47,7 @@ def load_hf_dataset(name: str, split: str = "test", repo: str = FLASHRAG_REPO,
                     limit: int | None = None) -> list[dict]:
     """Load one benchmark from the Hugging Face Hub (needs network or a warm HF cache)."""
     try:
-        from datasets import load_dataset
-
-        data = load_dataset(repo, name, split=split)
+        data = hf_datasets.load_dataset(repo, name, split=split)
     except Exception as exc:  # noqa: BLE001 - any hub/cache failure is the same problem for the user
         raise UserError(f"could not load {repo}:{name} split {split} from Hugging Face ({exc}); "
                         "without network, use local JSONL datasets in params/ood_qa.yaml") from exc

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+import bm25s
+import httpx
+
 from components.errors import UserError
 
 
@@ -63,8 +66,6 @@ class BM25Retriever:
     """BM25 (Lucene variant, English stop words) over an in-memory corpus, via the `bm25s` library."""
 
     def __init__(self, passages: list[dict], top_k: int = 3, k1: float = 1.5, b: float = 0.75):
-        import bm25s
-
         if not passages:
             raise UserError("the retrieval corpus is empty: build it with `star qa build` or point to a JSONL corpus")
         self.passages = passages
@@ -97,16 +98,12 @@ class HTTPRetriever:
     `{"result": [[{"document": {"id", "contents"}, "score"}, ...], ...]}`."""
 
     def __init__(self, url: str, top_k: int = 3, timeout_s: float = 30.0, client=None):
-        import httpx
-
         self.url = url
         self.top_k = top_k
         self.client = client or httpx.Client(timeout=timeout_s)
 
     def batch_search(self, queries: Sequence[str]) -> list[list[dict]]:
         """Top-k passages for each query from the server."""
-        import httpx
-
         try:
             response = self.client.post(self.url, json={"queries": list(queries), "topk": self.top_k,
                                                         "return_scores": True})

@@ -1,6 +1,6 @@
 """Group-relative advantages (GRPO, Dr.GRPO), broadcast to the tokens the policy sampled.
 
-Symbols as in TRAINING.md: a group is the G trajectories sampled for one query; R_i is trajectory i's scalar
+Symbols: a group is the G trajectories sampled for one query; R_i is trajectory i's scalar
 reward; the advantage of every sampled token of trajectory i is
 
     GRPO:     A_i = (R_i - mean(R_group)) / (std(R_group) + eps)      (scale_rewards="group")

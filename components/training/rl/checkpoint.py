@@ -31,6 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
 from components.errors import UserError
 
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -128,9 +133,6 @@ def remove_partial(root: str | Path) -> list[Path]:
 
 def capture_rng() -> dict[str, Any]:
     """Python, NumPy and torch (CPU and CUDA) generator states, as tensors and plain values (see `save_tree`)."""
-    import numpy as np
-    import torch
-
     name, key, pos, has_gauss, gauss = np.random.get_state()
     states = {"python": random.getstate(), "numpy": (name, key.tolist(), int(pos), int(has_gauss), float(gauss)),
               "torch": torch.get_rng_state()}
@@ -141,9 +143,6 @@ def capture_rng() -> dict[str, Any]:
 
 def restore_rng(states: dict[str, Any]) -> None:
     """Put back what `capture_rng` saved."""
-    import numpy as np
-    import torch
-
     random.setstate(states["python"])
     name, key, pos, has_gauss, gauss = states["numpy"]
     np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, gauss))
@@ -155,8 +154,6 @@ def restore_rng(states: dict[str, Any]) -> None:
 def split_tensors(tree: Any) -> tuple[Any, dict[str, Any]]:
     """A JSON-ready skeleton of `tree` and its tensors by name: each tensor becomes {"tensor": name}, each tuple
     {"tuple": [...]} and each dict {"dict": [[key, value], ...]} (so int keys and tuples survive JSON)."""
-    import torch
-
     tensors: dict[str, Any] = {}
 
     def encode(value: Any) -> Any:
@@ -212,8 +209,6 @@ def refused(checkpoint: Path, problem: str) -> UserError:
 def save_tree(directory: str | Path, stem: str, tree: Any) -> None:
     """Write `tree` (tensors in nested dicts, lists and tuples of plain values) as `<stem>.safetensors` (the
     tensors) and `<stem>.json` (the rest): formats that hold data only, unlike a pickle."""
-    from safetensors.torch import save_file
-
     directory = Path(directory)
     skeleton, tensors = split_tensors(tree)
     save_file(tensors, directory / f"{stem}.safetensors")
@@ -222,9 +217,6 @@ def save_tree(directory: str | Path, stem: str, tree: Any) -> None:
 
 def load_tree(directory: str | Path, stem: str) -> Any:
     """What `save_tree(directory, stem, tree)` wrote (tensors on CPU); a UserError for anything else."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     directory = Path(directory)
     skeleton_file, tensor_file = directory / f"{stem}.json", directory / f"{stem}.safetensors"
     missing = [path.name for path in (skeleton_file, tensor_file) if not path.is_file()]

@@ -22,9 +22,13 @@ from dataclasses import dataclass, field
 
 from components.agent import loop
 from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
+from components.agent.hf import HFPolicy
 from components.agent.types import TurnResult
+from components.agent.vllm_backend import VLLMPolicy  # imports vllm itself only when an engine is built
 from components.training.rl.arpo import TurnInfo, segment_entropy
+from components.training.rl.optim import require_gpu_extra
 from components.training.rl.rewards import strict_evaluation
+from components.travel.env import TravelEnv
 
 
 def turn_entropies(result: TurnResult) -> list[float]:
@@ -149,8 +153,6 @@ class RolloutEngine:
 
 def default_env_factory(world, query, failure_rate: float, seed: int):
     """The travel episode of docs/contracts.md."""
-    from components.travel.env import TravelEnv
-
     return TravelEnv(world, query, failure_rate=failure_rate, seed=seed)
 
 
@@ -161,8 +163,6 @@ def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
     colocated vLLM engine loaded from `model_dir` whose weights the trainer pushes after each update."""
     backend = resolve_backend(rollout.backend, device)
     if backend == "vllm":
-        from components.training.rl.optim import require_gpu_extra
-
         require_gpu_extra("vllm", "rl.rollout.backend: vllm")
     sampling = Sampling(temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
                         max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens,
@@ -176,8 +176,6 @@ def greedy_policy(policy):
     """The rollout policy's greedy twin over the same weights, for evaluation during training: transformers decodes
     with the very model being trained, vLLM with the same (weight-synced) engine. Built fresh for each evaluation so
     that its key/value caches go with it."""
-    from components.agent.hf import HFPolicy
-
     if isinstance(policy, HFPolicy):
         return HFPolicy(policy.model, policy.tokenizer, greedy=True, seed=policy.seed,
                         max_batch_size=policy.max_batch_size, reuse_cache=policy.reuse_cache,
@@ -185,7 +183,5 @@ def greedy_policy(policy):
                         decoder=policy.decoder)
     llm = getattr(policy, "llm", None)
     if llm is not None:
-        from components.agent.vllm_backend import VLLMPolicy
-
         return VLLMPolicy("", tokenizer=policy.tokenizer, greedy=True, seed=policy.seed, llm=llm)
     raise TypeError(f"no greedy twin for a {type(policy).__name__} rollout policy (transformers or vLLM only)")

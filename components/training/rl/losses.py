@@ -1,7 +1,7 @@
 """The policy-gradient objective: clipped importance ratios, KL to a reference, entropy, loss aggregation.
 
 All inputs are (B, T) tensors over the same token positions; `mask` is the response mask (1 exactly on tokens the
-policy sampled). Per token t of trajectory i (TRAINING.md, PPO/GRPO/DAPO):
+policy sampled). Per token t of trajectory i (PPO's clipped objective as GRPO and DAPO use it):
 
     r_t      = exp(log pi(o_t) - log pi_old(o_t))
     L_t      = -min(r_t * A_t, clip(r_t, 1 - epsilon, 1 + epsilon_high) * A_t)

@@ -1,19 +1,26 @@
 """The optimiser wrapper: plain torch AdamW on CPU (and one GPU); accelerate + DeepSpeed ZeRO-2/3 on GPUs.
 
-Both expose the same five operations the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`,
-`save(dir)`, `load(dir)`. DeepSpeed and accelerate are imported lazily and only for `distributed.strategy:
-deepspeed`, with an error that says which extra to install.
+Both expose the same operations the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`, `unwrap()`,
+`save(dir)`, `load(dir)` and `schedule_step()` of the learning-rate schedule (`components.training.schedule`).
+DeepSpeed is optional (the [gpu] extra): only `distributed.strategy: deepspeed` needs it, and a missing install stops
+the run with an error that says which extra to install.
 """
 from __future__ import annotations
 
 import importlib.util
-import math
-import os
-from collections.abc import MutableMapping
+import warnings
 from pathlib import Path
 
+import torch
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from accelerate.utils import DeepSpeedPlugin
+
 from components.errors import UserError
+from components.training.distributed import single_process_defaults
 from components.training.rl.checkpoint import load_tree, save_tree
+from components.training.rl.params import RLParams
+from components.training.schedule import lr_schedule, warmup_steps
 
 OPTIMIZER_STATE = "optimizer"  # optimizer.json + optimizer.safetensors (no pickle: see checkpoint.py)
 
@@ -28,27 +35,9 @@ def require_gpu_extra(module: str, purpose: str) -> None:
         )
 
 
-def lr_lambda(kind: str, warmup_steps: int, total_steps: int):
-    """Multiplier of the base learning rate at scheduler step s: linear warmup, then constant/linear/cosine decay."""
-
-    def factor(step: int) -> float:
-        if warmup_steps and step < warmup_steps:
-            return (step + 1) / warmup_steps
-        if kind == "constant":
-            return 1.0
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        if kind == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-    return factor
-
-
 def advance_schedule(scheduler) -> None:
     """One step of the LR schedule. A step with no optimizer step (no signal: every group tied) still counts, so
     torch's warning about a scheduler stepping first is expected and silenced."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
         scheduler.step()
@@ -59,14 +48,11 @@ class TorchOptimizer:
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
                  scheduler: str, warmup_steps: int, total_steps: int, adam_epsilon: float = 1e-8):
-        import torch
-
         self.model = model
         self.max_grad_norm = max_grad_norm
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
-                                                           lr_lambda(scheduler, warmup_steps, total_steps))
+        self.scheduler = lr_schedule(self.optimizer, scheduler, warmup_steps, total_steps)
 
     def backward(self, loss, sync: bool = True) -> None:
         """Accumulate gradients (`sync` marks the last micro-batch of a mini-batch; plain torch needs no marker)."""
@@ -74,8 +60,6 @@ class TorchOptimizer:
 
     def step(self) -> float:
         """Clip, apply and clear the accumulated gradients; return the gradient norm before clipping."""
-        import torch
-
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -118,19 +102,6 @@ def deepspeed_config(zero_stage: int, max_grad_norm: float, gradient_accumulatio
     }
 
 
-def single_process_defaults(environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:
-    """Make a plain `star rl` (no `accelerate launch` / `torchrun`) a DeepSpeed world of one process.
-
-    Without these variables DeepSpeed goes looking for an MPI launcher. Variables a launcher already set are kept;
-    returns the ones it set."""
-    defaults = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
-    if "WORLD_SIZE" in environ or "RANK" in environ:
-        return {}
-    added = {key: value for key, value in defaults.items() if key not in environ}
-    environ.update(added)
-    return added
-
-
 class AccelerateOptimizer:
     """AdamW under `accelerate` with a DeepSpeed ZeRO plugin (multi-GPU and multi-node through `accelerate launch`).
 
@@ -143,12 +114,6 @@ class AccelerateOptimizer:
                  scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int,
                  adam_epsilon: float = 1e-8):
         require_gpu_extra("deepspeed", "rl.distributed.strategy: deepspeed")
-        import torch
-        from accelerate import Accelerator
-        from accelerate.utils import DeepSpeedPlugin
-
-        from accelerate.state import AcceleratorState, GradientState
-
         single_process_defaults()
         # accelerate keeps one global state per process: without a reset, a second run in the same process (a
         # resumed run in a test, a benchmark, a sweep) is refused ("cannot pass in a `deepspeed_plugin` when
@@ -160,7 +125,7 @@ class AccelerateOptimizer:
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=learning_rate,
                                       weight_decay=weight_decay, eps=adam_epsilon)
         # the schedule drives the base optimizer's param groups, which the ZeRO optimizer shares
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(scheduler, warmup_steps, total_steps))
+        self.scheduler = lr_schedule(optimizer, scheduler, warmup_steps, total_steps)
         self.base_optimizer = optimizer
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
 
@@ -192,12 +157,13 @@ class AccelerateOptimizer:
         self.scheduler.load_state_dict(load_tree(directory, OPTIMIZER_STATE)["scheduler"])
 
 
-def build_optimizer(model, params, total_steps: int):
-    """The optimiser wrapper for `params.distributed.strategy` (RLParams)."""
-    warmup = int(params.warmup_ratio * total_steps)
+def build_optimizer(model: torch.nn.Module, params: RLParams,
+                    total_steps: int) -> TorchOptimizer | AccelerateOptimizer:
+    """The optimiser wrapper for `params.distributed.strategy`."""
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
-                  adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm, scheduler=params.lr_scheduler_type,
-                  warmup_steps=warmup, total_steps=total_steps)
+                  adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm,
+                  scheduler=params.lr_scheduler_type, warmup_steps=warmup_steps(params.warmup_ratio, total_steps),
+                  total_steps=total_steps)
     if params.distributed.strategy == "deepspeed":
         return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)
     return TorchOptimizer(model, **common)

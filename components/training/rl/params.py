@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from components.agent.params import DecoderParams, LimitsParams
 from components.params import Params
 
 # TRL's loss_type names with the same meaning (TRL's "bnpo" normalises per process, which we never do).
@@ -36,7 +37,7 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class RewardParams(Params):
-    """How a strict evaluation becomes a scalar reward (TRAVEL_ENV.md section 6)."""
+    """How a strict evaluation becomes a scalar reward (the kinds and components: `components.travel.rewards`)."""
 
     kind: Literal["sum", "macro", "success", "curriculum"] = "sum"
     format_reward: float = 0.0  # for no parseable plan or a protocol failure (0 by default; may be negative)
@@ -71,19 +72,13 @@ class ArpoParams(Params):
         return self
 
 
-class RolloutParams(Params):
-    backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: vllm on a GPU when installed, transformers otherwise
+class RolloutParams(LimitsParams, DecoderParams):
+    """How RL samples its rollouts: the episode limits and decoder settings every agent-loop family shares, plus
+    the sampling distribution."""
+
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_turns: int = Field(30, gt=0)
-    max_tokens_per_turn: int = Field(512, gt=0)
-    max_context_tokens: int = Field(8192, gt=0)
-    max_protocol_errors: int = Field(3, gt=0)
     max_batch_size: int | None = None  # split a turn's generate call into batches of at most this many episodes
-    chunk_tokens: int | None = Field(None, ge=1)  # transformers: decode turns in rounds of this many tokens over the
-    # episodes still writing (None: every row of a call runs until the last ends; see components/agent/hf.py)
-    decoder: Literal["auto", "lean", "generate"] = "auto"  # transformers: the lean CPU decoder (auto: Qwen2 on a
-    # CPU) or `generate`; the same greedy tokens, a different random stream when sampling (components/agent/hf.py)
     gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # vLLM, colocated with the trainer
 
 
@@ -118,7 +113,7 @@ class RLParams(Params):
     # schedule
     epochs: float = Field(1.0, gt=0)
     max_steps: int | None = Field(None, gt=0)  # overrides epochs when set
-    max_minutes: float | None = Field(None, gt=0)  # wall-clock budget: stop (checkpointed) after the step that crosses it
+    max_minutes: float | None = Field(None, gt=0)  # wall-clock budget: stop (checkpointed) after the step crossing it
     queries_per_step: int = Field(4, gt=0)
     # data size: train on the first max_queries RL queries at the file's easy:medium:hard mix (None: all of them)
     max_queries: int | None = Field(None, gt=0)

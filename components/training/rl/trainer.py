@@ -1,4 +1,5 @@
-"""The RL trainer: a readable loop over steps (TRAINING.md "RL: a lean trainer of our own").
+"""The RL trainer: a lean loop of our own over steps, readable top to bottom in `train` (docs/architecture.md, "The
+RL trainer", places it in the pipeline).
 
 Per step:
   1. sample a batch of queries (the data cursor);
@@ -24,10 +25,33 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from components.errors import UserError
+from components.evaluation.validate import run_validation
+from components.models.checkpoints import save_checkpoint as save_hf
+from components.models.loading import load_policy_model, load_tokenizer, resolve_device
 from components.training.rl import checkpoint as ckpt
+from components.training.rl.advantages import group_advantages
+from components.training.rl.arpo import arpo_rollouts
+from components.training.rl.cursor import QueryCursor
+from components.training.rl.dapo import dynamic_sampling
+from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
+from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
+from components.training.rl.rewards import TrajectoryReward, check_pass_rates, trajectory_reward
+from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
+from components.training.rl.weight_sync import NoWeightSync, VLLMWeightSync, build_weight_sync
+from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS
+from components.travel.queries import Query, level_stratified_prefix, load_queries
+from components.travel.world import World
+
+if TYPE_CHECKING:  # annotations only
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
                   "success", "format_error_rate"]
@@ -35,6 +59,8 @@ EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard
 LogFn = Callable[[dict, int], None]
 TagFn = Callable[[dict], None]
 RUN_ID_KEY = "mlflow_run_id"  # in a checkpoint's state: the MLflow run that trained up to it
+THROUGHPUT_TOTALS = ("rollout_tokens", "rollout_seconds", "update_tokens", "update_seconds")
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,7 +88,7 @@ class Scored:
     """A finished rollout and its reward."""
 
     record: dict
-    reward: object  # rewards.TrajectoryReward
+    reward: TrajectoryReward
 
 
 @dataclass
@@ -76,9 +102,6 @@ class StepBatch:
 # ---- small helpers (pure) ----------------------------------------------------------------------------------------
 
 def seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -150,8 +173,6 @@ def append_rewards_csv(path: Path, row: dict) -> None:
 
 def eval_columns() -> list[str]:
     """plots/rl/eval.csv's columns: the step, the strict set metrics and each check's pass rate."""
-    from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS
-
     return ["step", *EVAL_METRICS, *COMMONSENSE_CHECKS, *HARD_CHECKS]
 
 
@@ -173,10 +194,8 @@ def eval_metrics(row: dict) -> dict[str, float]:
             for key, value in row.items() if key != "step" and value is not None}
 
 
-def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
+def load_eval_queries(params: RLParams, paths: RLPaths) -> list[Query] | None:
     """The held-out queries of `rl.eval` (None when it is off), level-stratified to `rl.eval.max_queries`."""
-    from components.travel.queries import level_stratified_prefix, load_queries
-
     if params.eval.every is None:
         return None
     if paths.eval_queries is None or not Path(paths.eval_queries).exists():
@@ -189,12 +208,9 @@ def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
     return level_stratified_prefix(queries, params.eval.max_queries) if params.eval.max_queries else queries
 
 
-def evaluate_greedy(engine, queries: list) -> dict:
+def evaluate_greedy(engine: RolloutEngine, queries: list[Query]) -> dict:
     """The strict validation summary of the engine's policy decoded greedily on `queries` (the validate stage's
     episodes, limits of the rollouts)."""
-    from components.evaluation.validate import run_validation
-    from components.training.rl.engine import greedy_policy
-
     _, metrics = run_validation(engine.world, queries, greedy_policy(engine.policy), engine.limits,
                                 tokenizer=engine.tokenizer, progress=False)
     return metrics["strict"]
@@ -211,17 +227,12 @@ def write_eval_csv(path: Path, rows: list[dict]) -> None:
 # ---- rollouts ------------------------------------------------------------------------------------------------
 
 def score_groups(groups: list[list[dict]], params: RLParams, progress: float) -> list[list[Scored]]:
-    from components.training.rl.rewards import trajectory_reward
-
     return [[Scored(r, trajectory_reward(r, params, progress)) for r in group] for group in groups]
 
 
-def collect_rollouts(engine, queries: list, next_queries: Callable[[int], list], params: RLParams,
-                     progress: float, rng: random.Random) -> StepBatch:
+def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: Callable[[int], list[Query]],
+                     params: RLParams, progress: float, rng: random.Random) -> StepBatch:
     """The step's scored groups, by the algorithm's sampling rule."""
-    from components.training.rl.arpo import arpo_rollouts
-    from components.training.rl.dapo import dynamic_sampling
-
     batch = StepBatch()
     start = time.perf_counter()
     if params.arpo.enabled:
@@ -253,13 +264,10 @@ def collect_rollouts(engine, queries: list, next_queries: Callable[[int], list],
     return batch
 
 
-# ---- the loop ------------------------------------------------------------------------------------------------
+# ---- setting up a run ----------------------------------------------------------------------------------------
 
-def load_world_and_queries(paths: RLPaths, max_queries: int | None = None):
+def load_world_and_queries(paths: RLPaths, max_queries: int | None = None) -> tuple[World, list[Query]]:
     """The world and the RL queries (the first `max_queries` of them at the file's level mix, when set)."""
-    from components.travel.queries import level_stratified_prefix, load_queries
-    from components.travel.world import World
-
     if not paths.queries.exists():
         raise UserError(f"RL query file {paths.queries} does not exist (run the `queries` stage: dvc repro queries)")
     if not paths.world.exists():
@@ -276,25 +284,19 @@ def load_world_and_queries(paths: RLPaths, max_queries: int | None = None):
 class Parts:
     """What the loop works with, built once per run (from the newest checkpoint when resuming)."""
 
-    tokenizer: object
-    optimizer: object  # optim.TorchOptimizer | optim.AccelerateOptimizer (holds the trained model)
-    engine: object  # engine.RolloutEngine
-    sync: object  # weight_sync.NoWeightSync | weight_sync.VLLMWeightSync
-    ref_model: object | None
-    update_config: object  # update.UpdateConfig
+    tokenizer: PreTrainedTokenizerBase
+    optimizer: TorchOptimizer | AccelerateOptimizer  # holds the trained model
+    engine: RolloutEngine
+    sync: NoWeightSync | VLLMWeightSync
+    ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)
+    update_config: UpdateConfig
     pad_id: int
 
 
-def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_steps: int, device: str) -> Parts:
+def build_parts(params: RLParams, paths: RLPaths, world: World, source: Path, total_steps: int,
+                device: str) -> Parts:
     """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser,
     the rollout policy and engine, and the weight sync between them."""
-    from components.agent.loop import Limits
-    from components.models.loading import load_policy_model, load_tokenizer
-    from components.training.rl.engine import RolloutEngine, build_policy
-    from components.training.rl.optim import build_optimizer
-    from components.training.rl.update import UpdateConfig
-    from components.training.rl.weight_sync import build_weight_sync
-
     model = load_policy_model(source, dtype=params.dtype, device=device)
     tokenizer = load_tokenizer(source)
     if params.distributed.gradient_checkpointing:
@@ -305,9 +307,7 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
         ref_model.requires_grad_(False)
     optimizer = build_optimizer(model, params, total_steps)
     policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, params.seed, device)
-    limits = Limits(max_turns=params.rollout.max_turns, max_tokens_per_turn=params.rollout.max_tokens_per_turn,
-                    max_context_tokens=params.rollout.max_context_tokens,
-                    max_protocol_errors=params.rollout.max_protocol_errors)
+    limits = params.rollout.to_limits()
     engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=params.seed,
                            entropy_tokens=params.arpo.entropy_tokens)
     config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
@@ -320,12 +320,87 @@ def build_parts(params: RLParams, paths: RLPaths, world, source: Path, total_ste
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
 
 
-def step_advantages(groups: list[list[Scored]], scale_rewards: str):
-    """The trained trajectories in order and their group-relative advantages."""
-    import torch
+@dataclass
+class TrainingRun:
+    """What `train` carries from step to step: the data, the parts, where it resumed and the curves so far."""
 
-    from components.training.rl.advantages import group_advantages
+    queries: list[Query]
+    held_out: list[Query] | None  # the queries of `rl.eval` (None: off)
+    total_steps: int
+    fingerprint: dict[str, str]  # the inputs' hashes that every checkpoint of the run records
+    parts: Parts
+    cursor: QueryCursor
+    resumed_from: int  # the step of the checkpoint the run resumed from (0: a fresh run)
+    run_id: str | None  # the tracking run the checkpoints name
+    history: list[dict]  # the rows of rewards.csv
+    eval_history: list[dict]  # the rows of eval.csv
+    started: float  # time.perf_counter() when the run started (rl.max_minutes counts from it)
+    totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(THROUGHPUT_TOTALS, 0.0))
 
+    def next_queries(self, n: int) -> list[Query]:
+        """The next `n` queries of the data cursor."""
+        return [self.queries[i] for i in self.cursor.next_batch(n)]
+
+    def out_of_time(self, max_minutes: float | None) -> bool:
+        return max_minutes is not None and time.perf_counter() - self.started > max_minutes * 60
+
+
+def input_fingerprint(params: RLParams, paths: RLPaths, with_eval_queries: bool) -> dict[str, str]:
+    """What a run trains from, hashed: the params, the input model, the world, the RL queries and (with `rl.eval`)
+    the held-out queries. A run resumes only from a checkpoint with the same fingerprint."""
+    return ckpt.fingerprint(params.model_dump(mode="json"), {
+        "model": paths.model, "world": paths.world, "queries": paths.queries,
+        "eval_queries": paths.eval_queries if with_eval_queries else None})
+
+
+def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) -> TrainingRun:
+    """Load the data and build the parts; when the newest checkpoint was trained from the same inputs, resume from
+    it (weights, optimizer, RNG, data cursor, curves) and tag the tracking run with the run it continues. Rewrites
+    both curves' files from the history it starts with."""
+    started = time.perf_counter()
+    world, queries = load_world_and_queries(paths, params.max_queries)
+    held_out = load_eval_queries(params, paths)
+    total_steps = params.total_steps(len(queries))
+    seed_everything(params.seed)
+    ckpt.remove_partial(paths.checkpoints)
+    inputs = input_fingerprint(params, paths, with_eval_queries=bool(held_out))
+    resume_dir, state = resumable_checkpoint(paths.checkpoints, inputs)
+    parts = build_parts(params, paths, world, resume_dir or paths.model, total_steps, resolve_device(params.device))
+    if resume_dir is not None:
+        parts.optimizer.load(resume_dir)
+        ckpt.restore_checkpoint_rng(resume_dir)
+        print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
+        tag(resume_tags(state))
+    run = TrainingRun(
+        queries=queries, held_out=held_out, total_steps=total_steps, fingerprint=inputs, parts=parts,
+        cursor=QueryCursor.from_state(state.cursor, len(queries), params.seed), resumed_from=state.step,
+        run_id=run_id or state.extra.get(RUN_ID_KEY),  # an untracked part links the next one to the last tracked one
+        history=list(state.history), eval_history=list(state.extra.get("eval_history", [])), started=started)
+    write_rewards_csv(paths.rewards_csv, run.history)  # `dvc repro` deleted it; the checkpoint's rows come back
+    write_eval_csv(paths.eval_csv, run.eval_history)  # header only when rl.eval is off: DVC expects the file
+    return run
+
+
+# ---- one step ------------------------------------------------------------------------------------------------
+
+def timed(fn: Callable[..., T], *args) -> tuple[T, float]:
+    """`fn(*args)` and the seconds it took."""
+    start = time.perf_counter()
+    return fn(*args), time.perf_counter() - start
+
+
+def rollout_step(run: TrainingRun, params: RLParams, step: int, progress: float) -> StepBatch:
+    """Steps 1-3: the cursor's next queries rolled out through the agent loop and scored by the strict evaluator,
+    seeded by (seed, step) so that a resumed run redraws the same step."""
+    engine = run.parts.engine
+    engine.begin_step(step)
+    engine.evaluation_seconds = 0.0
+    return collect_rollouts(engine, run.next_queries(params.queries_per_step), run.next_queries, params, progress,
+                            random.Random(params.seed * 1_000_003 + step))
+
+
+def step_advantages(groups: list[list[Scored]], scale_rewards: str) -> tuple[list[Scored], list[float]]:
+    """Step 4: the trained trajectories in order and their group-relative advantages."""
     scored = [s for group in groups for s in group]
     if not scored:
         return scored, []
@@ -334,10 +409,34 @@ def step_advantages(groups: list[list[Scored]], scale_rewards: str):
     return scored, group_advantages(rewards, group_ids, scale_rewards).tolist()
 
 
-def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int) -> dict[str, float]:
-    """Everything TRAINING.md asks to log per step (rewards over every sampled trajectory, DAPO's dropped included)."""
-    from components.training.rl.rewards import check_pass_rates
+def update_step(parts: Parts, params: RLParams, scored: list[Scored], advantages: list[float]) -> dict[str, float]:
+    """Step 5: the PPO-style update(s) of the policy, one step of the LR schedule, and the new weights pushed to the
+    rollout engine. `learning_rate: 0` is a frozen control (the same seeded rollouts, weights that never move): no
+    update pass at all."""
+    optimizer = parts.optimizer
+    rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
+    if params.learning_rate > 0:
+        stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
+                              ref_logprobs=reference_logprobs(parts, rollouts))
+    else:
+        stats = {"optimizer_steps": 0}
+    stats["lr"] = optimizer.lr
+    optimizer.schedule_step()
+    parts.sync.push(optimizer.unwrap())
+    return stats
 
+
+def reference_logprobs(parts: Parts, rollouts: list[Rollout]) -> list[list[float]] | None:
+    """The reference model's log-probabilities of the rollouts' tokens (for the KL term); None without one."""
+    if parts.ref_model is None or not rollouts:
+        return None
+    return fill_logprobs(parts.ref_model, rollouts, parts.update_config.micro_batch_size, parts.pad_id,
+                         parts.update_config.temperature, overwrite=False)
+
+
+def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int) -> dict[str, float]:
+    """Every metric logged per step: rewards over every sampled trajectory (DAPO's dropped groups included),
+    episodes, check pass rates, the update's statistics, times, throughput and batch sizes."""
     everything = [s for group in batch.sampled for s in group]
     records = [s.record for s in everything]
     sampled = sum(sum(r.get("response_mask") or []) for r in records)
@@ -352,6 +451,42 @@ def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], train
     }
 
 
+def record_step(run: TrainingRun, paths: RLPaths, step: int, metrics: dict[str, float],
+                rollout_seconds: float) -> dict:
+    """Add the step's row to the reward curve (the history and rewards.csv) and its tokens and seconds to the
+    throughput totals; return the row."""
+    row = csv_row(step, metrics)
+    run.history.append(row)
+    append_rewards_csv(paths.rewards_csv, row)
+    run.totals["rollout_tokens"] += metrics["batch/sampled_tokens"]
+    run.totals["rollout_seconds"] += rollout_seconds
+    run.totals["update_tokens"] += metrics.get("policy/processed_tokens", 0)
+    run.totals["update_seconds"] += metrics["time/update_s"]
+    return row
+
+
+def evaluate_step(run: TrainingRun, paths: RLPaths, step: int) -> dict[str, float]:
+    """Step 7: greedy evaluation on the held-out queries after `step` (0: the start model); adds its row to
+    eval.csv and returns its `eval/*` metrics and the seconds it took."""
+    start = time.perf_counter()
+    row = eval_row(step, evaluate_greedy(run.parts.engine, run.held_out))
+    run.eval_history.append(row)
+    write_eval_csv(paths.eval_csv, run.eval_history)
+    return {**eval_metrics(row), "time/eval_s": time.perf_counter() - start}
+
+
+def save_step(run: TrainingRun, paths: RLPaths, params: RLParams, step: int) -> None:
+    """Checkpoint after `step`: weights, optimizer, RNG, data cursor, both curves, the inputs' fingerprint and the
+    tracking run (keeping the newest `rl.keep_checkpoints`)."""
+    optimizer, tokenizer = run.parts.optimizer, run.parts.tokenizer
+    state = ckpt.TrainState(step=step, cursor=run.cursor.state(), history=run.history,
+                            extra={"eval_history": run.eval_history, "fingerprint": run.fingerprint,
+                                   RUN_ID_KEY: run.run_id})
+    ckpt.save_checkpoint(paths.checkpoints, state,
+                         save_model=lambda d: save_hf(optimizer.unwrap(), tokenizer, d, stage="rl", step=step),
+                         save_optimizer=optimizer.save, keep=params.keep_checkpoints)
+
+
 def resume_tags(state: ckpt.TrainState) -> dict:
     """Tags of a run that resumes from `state`: the run it continues (when that one was tracked) and the step."""
     tags = {"star.resumed_from_step": state.step}
@@ -359,6 +494,8 @@ def resume_tags(state: ckpt.TrainState) -> dict:
         tags["star.resumed_from_run"] = state.extra[RUN_ID_KEY]
     return tags
 
+
+# ---- the loop ------------------------------------------------------------------------------------------------
 
 def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: None,
           progress_bar: bool = True, tag: TagFn = lambda tags: None, run_id: str | None = None) -> dict:
@@ -368,120 +505,55 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     `log(metrics, step)` and `tag(tags)` report to the tracking run `run_id`, which the checkpoints remember so that
     a resumed run is tagged with the run it continues.
     """
-    from tqdm.auto import tqdm
-
-    from components.models.checkpoints import save_checkpoint as save_hf
-    from components.models.loading import resolve_device
-    from components.training.rl.cursor import QueryCursor
-    from components.training.rl.update import fill_logprobs, rollout_from_record, update_policy
-
-    wall_start = time.perf_counter()
-    world, queries = load_world_and_queries(paths, params.max_queries)
-    held_out = load_eval_queries(params, paths)
-    total_steps = params.total_steps(len(queries))
-    seed_everything(params.seed)
-
-    ckpt.remove_partial(paths.checkpoints)
-    inputs = ckpt.fingerprint(params.model_dump(mode="json"), {"model": paths.model, "world": paths.world,
-                                                                "queries": paths.queries,
-                                                                "eval_queries": paths.eval_queries if held_out else None})
-    resume_dir, state = resumable_checkpoint(paths.checkpoints, inputs)
-    parts = build_parts(params, paths, world, resume_dir or paths.model, total_steps, resolve_device(params.device))
-    optimizer, engine = parts.optimizer, parts.engine
-    if resume_dir is not None:
-        optimizer.load(resume_dir)
-        ckpt.restore_checkpoint_rng(resume_dir)
-        print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
-        tag(resume_tags(state))
-    run_id = run_id or state.extra.get(RUN_ID_KEY)  # an untracked part links the next one to the last tracked one
-    cursor = QueryCursor.from_state(state.cursor, len(queries), params.seed)
-    history = list(state.history)
-    write_rewards_csv(paths.rewards_csv, history)  # `dvc repro` deleted it; the checkpoint's rows come back
-    eval_history = list(state.extra.get("eval_history", []))
-
-    def evaluate(step: int) -> dict[str, float]:
-        """Greedy evaluation after `step`: add its row to eval.csv; returns its metrics and the seconds it took."""
-        start = time.perf_counter()
-        row = eval_row(step, evaluate_greedy(engine, held_out))
-        eval_history.append(row)
-        write_eval_csv(paths.eval_csv, eval_history)
-        return {**eval_metrics(row), "time/eval_s": time.perf_counter() - start}
-
-    write_eval_csv(paths.eval_csv, eval_history)  # header only when rl.eval is off: DVC expects the file
-    if held_out is not None:
-        if state.step == 0:
-            log(evaluate(0), 0)
-
-    totals = {"rollout_tokens": 0.0, "rollout_seconds": 0.0, "update_tokens": 0.0, "update_seconds": 0.0}
-    bar = tqdm(range(state.step + 1, total_steps + 1), desc="rl", unit="step", disable=not progress_bar,
-               initial=state.step, total=total_steps)
+    run = start_run(params, paths, tag, run_id)
+    engine = run.parts.engine
+    if run.held_out is not None and run.resumed_from == 0:
+        log(evaluate_step(run, paths, 0), 0)  # the start model
+    bar = tqdm(range(run.resumed_from + 1, run.total_steps + 1), desc="rl", unit="step", disable=not progress_bar,
+               initial=run.resumed_from, total=run.total_steps)
     for step in bar:
         step_start = time.perf_counter()
-        progress = progress_of(step, total_steps)
-
+        progress = progress_of(step, run.total_steps)
         # 1-3. queries -> rollouts through the agent loop -> strict-evaluator rewards
-        engine.begin_step(step)
-        engine.evaluation_seconds = 0.0
-        batch = collect_rollouts(engine, [queries[i] for i in cursor.next_batch(params.queries_per_step)],
-                                 lambda n: [queries[i] for i in cursor.next_batch(n)], params, progress,
-                                 random.Random(params.seed * 1_000_003 + step))
-
+        batch = rollout_step(run, params, step, progress)
         # 4. group-relative advantages
-        reward_start = time.perf_counter()
-        scored, advantages = step_advantages(batch.groups, params.scale_rewards)
-        reward_seconds = time.perf_counter() - reward_start + engine.evaluation_seconds
-
+        (scored, advantages), advantage_seconds = timed(step_advantages, batch.groups, params.scale_rewards)
         # 5. PPO-style update(s), LR schedule, weights to the rollout engine
-        update_start = time.perf_counter()
-        rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
-        ref = None
-        if parts.ref_model is not None and rollouts and params.learning_rate > 0:
-            ref = fill_logprobs(parts.ref_model, rollouts, params.micro_batch_size, parts.pad_id,
-                                parts.update_config.temperature, overwrite=False)
-        # learning_rate 0 is a frozen control (the same seeded rollouts, weights that never move): no update pass
-        stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
-                              ref_logprobs=ref) if params.learning_rate > 0 else {"optimizer_steps": 0}
-        stats["lr"] = optimizer.lr
-        optimizer.schedule_step()
-        parts.sync.push(optimizer.unwrap())
-        update_seconds = time.perf_counter() - update_start
-
-        # 6. reward curve, checkpoint, then log
-        seconds = {"rollout": batch.rollout_seconds - engine.evaluation_seconds, "reward": reward_seconds,
-                   "update": update_seconds, "step": time.perf_counter() - step_start}
-        metrics = step_metrics(batch, stats, seconds, len(scored))
-        metrics.update({"progress/epoch": cursor.epoch, "progress/fraction": progress})
-        to_log = [metrics]
-        row = csv_row(step, metrics)
-        history.append(row)
-        append_rewards_csv(paths.rewards_csv, row)
-        totals["rollout_tokens"] += metrics["batch/sampled_tokens"]
-        totals["rollout_seconds"] += batch.rollout_seconds
-        totals["update_tokens"] += stats.get("processed_tokens", 0)
-        totals["update_seconds"] += update_seconds
+        stats, update_seconds = timed(update_step, run.parts, params, scored, advantages)
+        # 6. reward curve, checkpoint, then log (after the checkpoint: a tracking outage never costs a finished step)
+        seconds = {"rollout": batch.rollout_seconds - engine.evaluation_seconds,  # the evaluator's share is reward
+                   "reward": advantage_seconds + engine.evaluation_seconds, "update": update_seconds,
+                   "step": time.perf_counter() - step_start}
+        metrics = {**step_metrics(batch, stats, seconds, len(scored)),
+                   "progress/epoch": run.cursor.epoch, "progress/fraction": progress}
+        row = record_step(run, paths, step, metrics, batch.rollout_seconds)
         bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
-        out_of_time = params.max_minutes is not None and time.perf_counter() - wall_start > params.max_minutes * 60
-        if held_out is not None and evaluation_due(step, params.eval.every, step if out_of_time else total_steps):
-            to_log.append(evaluate(step))
-        if step % params.checkpoint_every == 0 or step == total_steps or out_of_time:
-            ckpt.save_checkpoint(
-                paths.checkpoints, ckpt.TrainState(step=step, cursor=cursor.state(), history=history,
-                                                   extra={"eval_history": eval_history, "fingerprint": inputs,
-                                                          RUN_ID_KEY: run_id}),
-                save_model=lambda d: save_hf(optimizer.unwrap(), parts.tokenizer, d, stage="rl", step=step),
-                save_optimizer=optimizer.save, keep=params.keep_checkpoints)
-        for logged in to_log:  # after the checkpoint: a tracking outage never costs a finished step
+        out_of_time = run.out_of_time(params.max_minutes)
+        to_log = [metrics]
+        if run.held_out is not None and evaluation_due(step, params.eval.every,
+                                                       last_step=step if out_of_time else run.total_steps):
+            to_log.append(evaluate_step(run, paths, step))  # 7. greedy evaluation on the held-out queries
+        if step % params.checkpoint_every == 0 or step == run.total_steps or out_of_time:
+            save_step(run, paths, params, step)
+        for logged in to_log:
             log(logged, step)
         if out_of_time:
-            print(f"[rl] stopping after step {step} of {total_steps}: rl.max_minutes={params.max_minutes} reached")
+            print(f"[rl] stopping after step {step} of {run.total_steps}: rl.max_minutes={params.max_minutes} reached")
             break
     bar.close()
+    return finish_run(run, params, paths)
 
-    save_hf(optimizer.unwrap(), parts.tokenizer, paths.out, stage="rl", steps=total_steps, algorithm=params.algorithm,
-            reward=params.reward.kind)
-    summary = summarize(history, total_steps, state.step, totals, time.perf_counter() - wall_start, params)
-    if eval_history:
-        summary["eval"] = {"first": eval_history[0], "last": eval_history[-1]}
+
+# ---- the end of a run ----------------------------------------------------------------------------------------
+
+def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
+    """Save the final model and write metrics/rl.json; return its summary."""
+    save_hf(run.parts.optimizer.unwrap(), run.parts.tokenizer, paths.out, stage="rl", steps=run.total_steps,
+            algorithm=params.algorithm, reward=params.reward.kind)
+    summary = summarize(run.history, run.total_steps, run.resumed_from, run.totals,
+                        time.perf_counter() - run.started, params)
+    if run.eval_history:
+        summary["eval"] = {"first": run.eval_history[0], "last": run.eval_history[-1]}
     paths.metrics.parent.mkdir(parents=True, exist_ok=True)
     ckpt.write_json_atomic(paths.metrics, summary)
     print(f"[rl] model -> {paths.out}; metrics -> {paths.metrics}; reward curve -> {paths.rewards_csv}; "

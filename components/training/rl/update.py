@@ -151,6 +151,40 @@ def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
     return config.num_iterations == 1 and (config.mini_batch_size or n_rollouts) >= n_rollouts
 
 
+def padded_reference(ref_logprobs: list[list[float]], positions: Sequence[int], width: int,
+                     device: torch.device) -> torch.Tensor:
+    """The (B, width) reference log-probabilities of the rollouts at `positions`, right-padded with 0."""
+    return torch.tensor([ref_logprobs[p] + [0.0] * (width - len(ref_logprobs[p])) for p in positions], device=device)
+
+
+def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int], config: UpdateConfig, pad_id: int,
+                     current_is_old: bool, ref_logprobs: list[list[float]] | None, minibatch_tokens: int,
+                     minibatch_sequences: int) -> tuple[torch.Tensor, dict[str, float], float]:
+    """The loss of the micro-batch of rollouts at `positions` (its share of its mini-batch's loss), its statistics
+    (the entropy included) and its number of trained tokens."""
+    batch = pad_batch([rollouts[p] for p in positions], pad_id)
+    logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
+                                          positions=batch["loss_mask"], with_entropy=True,
+                                          entropy_map=bool(config.entropy_coeff))
+    device = logprobs.device
+    mask = batch["loss_mask"].to(device)
+    old_logprobs = logprobs.detach() if current_is_old else batch["old_logprobs"].to(device)
+    entropies = None
+    if config.entropy_coeff:  # `entropy` is then the (B, T) map: the loss uses it, the statistics its mean
+        entropies = entropy
+        with torch.no_grad():
+            entropy = (entropies * mask).sum() / mask.sum().clamp(min=1)
+    ref = None if ref_logprobs is None else padded_reference(ref_logprobs, positions, mask.shape[1], device)
+    advantages = token_advantages(batch["advantages"].to(device), mask)
+    loss, stats = policy_loss(
+        logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
+        beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type, minibatch_tokens=minibatch_tokens,
+        minibatch_sequences=minibatch_sequences, max_completion_length=config.max_completion_length,
+        entropy_coeff=config.entropy_coeff, entropy=entropies)
+    stats["entropy"] = entropy.item()
+    return loss, stats, float(mask.sum().item())
+
+
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
                   ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
@@ -180,34 +214,9 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
             order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
             micros = list(chunks(order, config.micro_batch_size))
             for j, positions in enumerate(micros):
-                micro = [rollouts[p] for p in positions]
-                batch = pad_batch(micro, pad_id)
-                logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
-                                                      positions=batch["loss_mask"], with_entropy=True,
-                                                      entropy_map=bool(config.entropy_coeff))
-                device = logprobs.device
-                mask = batch["loss_mask"].to(device)
-                old_logprobs = logprobs.detach() if current_is_old else batch["old_logprobs"].to(device)
-                entropies = None
-                if config.entropy_coeff:
-                    entropies = entropy
-                    with torch.no_grad():
-                        entropy = (entropies * mask).sum() / mask.sum().clamp(min=1)
-                ref = None
-                if ref_logprobs is not None:
-                    width = mask.shape[1]
-                    ref = torch.tensor([ref_logprobs[p] + [0.0] * (width - len(ref_logprobs[p])) for p in positions],
-                                       device=device)
-                advantages = token_advantages(batch["advantages"].to(device), mask)
-                loss, stats = policy_loss(
-                    logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon,
-                    epsilon_high=config.epsilon_high, beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type,
-                    minibatch_tokens=tokens, minibatch_sequences=len(minibatch),
-                    max_completion_length=config.max_completion_length, entropy_coeff=config.entropy_coeff,
-                    entropy=entropies)
+                loss, stats, n = micro_batch_loss(model, rollouts, positions, config, pad_id, current_is_old,
+                                                  ref_logprobs, tokens, len(minibatch))
                 optimizer.backward(loss, sync=j == len(micros) - 1)
-                n = float(mask.sum().item())
-                stats["entropy"] = entropy.item()
                 stats["loss"] = loss.item()
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + (value if key == "loss" else value * n)

@@ -11,7 +11,7 @@ import torch
 from components.errors import UserError
 from components.training.rl import checkpoint as ckpt
 from components.training.rl.cursor import QueryCursor
-from components.training.rl.optim import TorchOptimizer, lr_lambda
+from components.training.rl.optim import TorchOptimizer
 from components.training.rl.params import RLParams
 
 
@@ -204,10 +204,27 @@ def test_a_large_adam_epsilon_makes_the_first_step_follow_the_gradient_not_its_s
     assert first_step(10.0) == pytest.approx([-1e-3 * 1 / 11, -1e-3 * 0.001 / 10.001], rel=1e-4)
 
 
-def test_learning_rate_schedules():
-    assert [round(lr_lambda("cosine", 2, 6)(s), 3) for s in range(7)] == [0.5, 1.0, 1.0, 0.854, 0.5, 0.146, 0.0]
-    assert [lr_lambda("linear", 0, 4)(s) for s in range(5)] == [1.0, 0.75, 0.5, 0.25, 0.0]
-    assert lr_lambda("constant", 0, 4)(3) == 1.0
+def test_the_optimizer_follows_the_learning_rate_schedule_step_by_step():
+    """The LR the update uses at RL steps 1..6 (scheduler steps 0..5): 2 warmup steps of 6, then the cosine."""
+    opt = TorchOptimizer(torch.nn.Linear(2, 1), 0.1, 0.0, 1.0, "cosine", warmup_steps=2, total_steps=6)
+    used = []
+    for _ in range(6):
+        used.append(round(opt.lr, 4))
+        opt.schedule_step()
+    assert used == [0.0, 0.05, 0.1, 0.0854, 0.05, 0.0146]
+
+
+def test_warmup_ratio_becomes_whole_warmup_steps_of_the_run():
+    from components.training.rl.optim import build_optimizer
+    from components.training.rl.params import RLParams
+
+    params = RLParams.model_validate({"learning_rate": 0.1, "lr_scheduler_type": "constant", "warmup_ratio": 0.25})
+    opt = build_optimizer(torch.nn.Linear(2, 1), params, total_steps=10)  # 2.5 steps -> 3
+    used = []
+    for _ in range(5):
+        used.append(round(opt.lr, 4))
+        opt.schedule_step()
+    assert used == [0.0, 0.0333, 0.0667, 0.1, 0.1]
 
 
 @pytest.mark.parametrize("algorithm, expected", [

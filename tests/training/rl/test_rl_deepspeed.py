@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from components.training.rl.checkpoint import complete_checkpoints
-from components.training.rl.optim import single_process_defaults
+from components.training.distributed import single_process_defaults
 from components.training.rl.params import RLParams
 from components.training.rl.trainer import RLPaths, train
 

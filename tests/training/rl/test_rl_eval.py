@@ -49,6 +49,7 @@ def test_an_evaluation_without_its_query_file_is_refused_with_the_fix(tmp_path, 
     assert len(load_eval_queries(params, paths)) == 3
 
 
+@pytest.mark.slow
 def test_greedy_evaluation_logs_the_validate_stage_metrics_and_leaves_training_untouched(
         tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path):
     from components.evaluation.policy import DecodingParams, LimitsParams
@@ -80,6 +81,7 @@ def test_greedy_evaluation_logs_the_validate_stage_metrics_and_leaves_training_u
     assert rows_of(quiet.eval_csv) == []  # the header only: DVC finds the output it declares
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_its_evaluations_and_adds_the_rest(tmp_path, tiny_model_dir, tiny_world_dir,
                                                                rl_queries_path):
     import shutil

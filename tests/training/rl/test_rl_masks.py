@@ -1,4 +1,4 @@
-"""Masking regression tests (TRAINING.md "Masks and pitfalls"): what is trained, what is attended, what leaks.
+"""Masking regression tests: what is trained, what is attended, what leaks.
 
 Rollouts run through THE agent loop with a scripted token policy, in the real travel environment over the tiny
 world, with the tiny test tokenizer: the masks checked here are exactly the ones RL trains on.

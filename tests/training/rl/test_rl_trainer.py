@@ -37,6 +37,7 @@ def read_steps(csv_path: Path) -> list[int]:
         return [int(row["step"]) for row in csv.DictReader(handle)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "dapo", "arpo"])
 def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny_model_dir, tiny_world_dir,
                                                        rl_queries_path):
@@ -61,6 +62,7 @@ def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny
         assert metrics["batch/trajectories"] == 3 and "arpo/branches" in metrics
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_steps(tmp_path, tiny_model_dir,
                                                                                   tiny_world_dir, rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
@@ -78,6 +80,7 @@ def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_step
     assert read_steps(paths.rewards_csv) == [1, 2, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["reward", "model", "queries"])
 def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(change, tmp_path, tiny_model_dir,
                                                                            tiny_world_dir, rl_queries_path, capsys):
@@ -106,6 +109,7 @@ def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(chang
     assert f"not resuming from {paths.checkpoints / 'step-00000002'}" in printed and f"{expected} changed" in printed
 
 
+@pytest.mark.slow
 def test_a_longer_budget_or_another_time_limit_still_resumes(tmp_path, tiny_model_dir, tiny_world_dir,
                                                              rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
@@ -115,6 +119,7 @@ def test_a_longer_budget_or_another_time_limit_still_resumes(tmp_path, tiny_mode
     assert summary["resumed_from_step"] == 2
 
 
+@pytest.mark.slow
 def test_max_queries_trains_on_a_prefix_of_the_query_file(tmp_path, tiny_model_dir, tiny_world_dir,
                                                        rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
@@ -177,6 +182,7 @@ def test_a_frozen_control_with_learning_rate_0_keeps_every_weight(tiny_model_dir
     assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())
 
 
+@pytest.mark.slow
 def test_a_frozen_control_run_draws_the_same_first_step_and_ends_with_the_input_weights(tmp_path, tiny_model_dir,
                                                                                        tiny_world_dir,
                                                                                        rl_queries_path):

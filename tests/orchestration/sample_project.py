@@ -1,4 +1,5 @@
-"""A small DVC project with the pipeline's shape, for the orchestration tests and benchmark.
+"""A small DVC project with the pipeline's shape, for the orchestration and integration tests and
+benchmarks/bench_orchestration.py.
 
     prepare ─┬─> train_a (gpu) ─┬─> report
              └─> train_b (gpu) ─┘
