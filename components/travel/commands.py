@@ -64,7 +64,7 @@ def build_world(params, out: str) -> dict:
     if not Path(params.source).exists():
         raise UserError(f"world.source={params.source!r} is neither \"synthetic\" nor an existing database folder")
     return import_database(params.source, out, flights_from_ref_info=params.flights_from_ref_info,
-                           prompt_style=params.prompt_style, city_hints=params.city_hints)
+                           prompt_style=params.prompt_style)
 
 
 def build_handler(args: argparse.Namespace) -> int:

@@ -163,10 +163,9 @@ def read_database(source_dir: str | Path, flights_from: str | Path | None = None
 
 
 def import_database(source_dir: str | Path, out_dir: str | Path, flights_from_ref_info: str | Path | None = None,
-                    prompt_style: str = "full", city_hints: int = 0) -> dict:
+                    prompt_style: str = "full") -> dict:
     """Import a real database into `out_dir` (Parquet per table + manifest.json); returns the manifest."""
     frames = read_database(source_dir, flights_from=flights_from_ref_info)
     source = str(Path(source_dir).resolve())
     params = {"flights_from_ref_info": str(flights_from_ref_info)} if flights_from_ref_info else None
-    return write_world(frames, out_dir, source=source, params=params, prompt_style=prompt_style,
-                       city_hints=city_hints)
+    return write_world(frames, out_dir, source=source, params=params, prompt_style=prompt_style)

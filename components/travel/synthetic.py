@@ -50,7 +50,6 @@ class WorldParams(Params):
     source: str = "synthetic"  # "synthetic", or a path to a TravelPlanner database to import
     flights_from_ref_info: str | None = None  # when importing without the flights CSV
     prompt_style: Literal["full", "compact"] = "full"  # the episodes' system prompt (compact: the tiny preset)
-    city_hints: int = Field(0, ge=0)  # an unknown-city error suggests this many closest cities ("Did you mean A?")
     seed: int = 0
     states: int = Field(6, ge=1)
     cities_per_state: tuple[int, int] = (4, 4)
@@ -349,5 +348,4 @@ def write_synthetic_world(params: WorldParams, out_dir: str | Path) -> dict:
     """Generate a world and write it as a world directory; returns the manifest."""
     frames, holdout = synthesize_world(params)
     return write_world(frames, out_dir, source="synthetic", params=params.model_dump(mode="json"),
-                       holdout_states=holdout, prompt_style=params.prompt_style,
-                       city_hints=params.city_hints)
+                       holdout_states=holdout, prompt_style=params.prompt_style)

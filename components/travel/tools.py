@@ -8,11 +8,9 @@ programmatic expert sees the world only through it).
 """
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass, field
-from collections.abc import Iterable
 from typing import Any
 
 from components.travel.world import World
@@ -228,49 +226,10 @@ def is_argument_error(observation: str) -> bool:
     return text.startswith(ARGUMENT_ERROR_PREFIXES) and "temporarily unavailable" not in text
 
 
-HINT_CUTOFF = 0.5  # the least similarity (difflib ratio, case-insensitive) for a city to be suggested
-
-
-def closest_cities(cities: Iterable[str], text: str, n: int = 3) -> list[str]:
-    """Up to `n` of `cities` (a world's city names) most like `text`, best first: cities whose name starts with it
-    (a truncated name, the commonest slip) before the rest, then by difflib ratio on lower case, then the shorter, then
-    alphabetical order. Cities below HINT_CUTOFF are left out unless they start with `text`. The order of `cities`
-    does not matter."""
-    wanted = text.strip().lower()
-    if not wanted:
-        return []
-    ranked = []
-    for city in cities:
-        lower = city.lower()
-        ratio = difflib.SequenceMatcher(None, wanted, lower, autojunk=False).ratio()
-        prefix = lower.startswith(wanted)
-        if prefix or ratio >= HINT_CUTOFF:
-            ranked.append((not prefix, -ratio, len(city), city))
-    return [city for *_, city in sorted(ranked)[:n]]
-
-
 def _unknown_city(world: World, tool: str, city: str) -> ToolOutput:
-    """The unknown-city error; over a world with `city_hints` > 0 it ends with that many of the closest cities'
-    exact names, so the fix is in the observation itself (a recovery can copy it from a few tokens back)."""
-    text = f"Unknown city '{city}' ({tool}). Use an exact city name; SearchCity(state) lists the cities of a state."
-    count = getattr(world, "city_hints", 0)
-    suggestions = closest_cities(world.cities, city, count) if count else []
-    return ToolOutput(text + city_hint(suggestions), False)
-
-
-def city_hint(suggestions: list[str]) -> str:
-    """The hint that ends an unknown-city error ("" without suggestions); `CITY_HINT` reads it back."""
-    return f" Did you mean {or_list(suggestions)}?" if suggestions else ""
-
-
-# The hint that ends an unknown-city error, and the error's line without it (the renamer derives hints anew).
-CITY_HINT = re.compile(r" Did you mean [^?\n]+\?")
-UNKNOWN_CITY_LINE = re.compile(r"Unknown city '(?P<city>[^'\n]*)' \((?P<tool>\w+)\)\.[^\n]*")
-
-
-def without_city_hints(text: str) -> str:
-    """`text` with every unknown-city hint taken out."""
-    return CITY_HINT.sub("", text)
+    """The unknown-city error."""
+    return ToolOutput(f"Unknown city '{city}' ({tool}). Use an exact city name; SearchCity(state) lists the cities "
+                      "of a state.", False)
 
 
 def or_list(names: list[str]) -> str:

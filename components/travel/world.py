@@ -465,11 +465,6 @@ class World:
         """The system prompt style of episodes over this world ("full" unless the manifest says otherwise)."""
         return str((self.manifest or {}).get("prompt_style") or "full")
 
-    @property
-    def city_hints(self) -> int:
-        """How many of the closest cities an unknown-city error names (`tools.closest_cities`); 0 (off) for worlds
-        written before the option existed, so their observations stay as they were."""
-        return int((self.manifest or {}).get("city_hints") or 0)
 
 
 def table_sha256(path: str | Path) -> str:
@@ -508,13 +503,10 @@ def write_world(
     params: Mapping[str, Any] | None = None,
     holdout_states: list[str] | tuple[str, ...] = (),
     prompt_style: str = "full",
-    city_hints: int = 0,
 ) -> dict:
     """Write one Parquet file per table plus manifest.json; returns the manifest.
 
-    `prompt_style` ("full" | "compact") is the system prompt every episode over this world uses (`TravelEnv`);
-    `city_hints`: how many of the closest cities an unknown-city tool error suggests ("Did you mean A or B?",
-    `tools.closest_cities`); 0: none."""
+    `prompt_style` ("full" | "compact") is the system prompt every episode over this world uses (`TravelEnv`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     missing = [t for t in TABLES if t not in frames]
@@ -531,7 +523,6 @@ def write_world(
         "params": dict(params) if params is not None else None,
         "holdout_states": list(holdout_states),
         "prompt_style": prompt_style,
-        "city_hints": int(city_hints),
         "tables": tables,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }

@@ -12,6 +12,8 @@ import pytest
 
 from components.agent.params import EndpointParams
 from components.synthesis.teacher import TeacherParams, read_finished, teach
+from components.travel.synthetic import tiny_world_params, write_synthetic_world
+from components.travel.world import World
 
 from .teacher_server import ExpertChatServer
 
@@ -103,16 +105,18 @@ def test_resuming_with_other_teacher_settings_is_refused(tiny_world, tiny_splits
         teach(tiny_world, queries, TeacherParams(mistake_rate=0.5), out, progress=False)
 
 
-def test_resuming_on_another_world_or_changed_queries_is_refused(tiny_world, hinted_world, tiny_splits, tmp_path):
+def test_resuming_on_another_world_or_changed_queries_is_refused(tiny_world, tiny_splits, tmp_path):
     import dataclasses
 
     from components.errors import UserError
 
+    write_synthetic_world(tiny_world_params(seed=1), tmp_path / "other_world")
+    other_world = World.load(tmp_path / "other_world")
     queries = tiny_splits[0]["sft"][:2]
     out = tmp_path / "teacher.jsonl"
     teach(tiny_world, queries[:1], TeacherParams(), out, progress=False)
     with pytest.raises(UserError, match=r"\(world changed\).*--fresh"):
-        teach(hinted_world, queries, TeacherParams(), out, progress=False)
+        teach(other_world, queries, TeacherParams(), out, progress=False)
     edited = [dataclasses.replace(queries[0], budget=queries[0].budget + 1), queries[1]]
     with pytest.raises(UserError, match=r"\(queries changed\)"):
         teach(tiny_world, edited, TeacherParams(), out, progress=False)
