@@ -1,5 +1,9 @@
 """`star sft`: fine-tune a checkpoint on the SFT records (assistant-only loss) and save a Hugging Face checkpoint.
-Heavy libraries (torch, transformers, mlflow) are imported inside the handler, so that `star --help` stays fast."""
+Heavy libraries (torch, transformers, mlflow) are imported inside the handler, so that `star --help` stays fast.
+
+One SFT code path for every branch: `--section` names the params section (and with it the MLflow stage run and the
+registered model), so the Tool-Star branch's stage is `star sft --params params/toolstar_sft.yaml --section
+toolstar_sft` (stage run `toolstar_sft`, registered model `star-toolstar-sft`)."""
 from __future__ import annotations
 
 import argparse
@@ -10,13 +14,19 @@ from pathlib import Path
 from components.params import load_section
 from components.training.sft_params import SFTParams
 
-REGISTERED_NAME = "star-sft"
+def registered_name(section: str) -> str:
+    """The model registry name of an SFT stage: `star-sft` for the `sft` section, `star-toolstar-sft` for
+    `toolstar_sft`."""
+    return "star-" + section.replace("_", "-")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `star sft` to the CLI."""
     parser = subparsers.add_parser("sft", help="supervised fine-tuning on the filtered teacher trajectories")
     parser.add_argument("--params", default="params/sft.yaml", type=Path)
+    parser.add_argument("--section", default="sft",
+                        help="the params section to read, also the MLflow stage name (toolstar_sft: the Tool-Star "
+                             "branch, params/toolstar_sft.yaml)")
     parser.add_argument("--model", default="models/base", help="checkpoint directory (or Hub name) to start from")
     parser.add_argument("--data", default="data/sft", type=Path, help="folder with train.jsonl (and eval.jsonl)")
     parser.add_argument("--out", default="models/sft", type=Path)
@@ -33,7 +43,7 @@ def sft(args: argparse.Namespace) -> int:
     from components.training.sft import build_examples, load_records, write_loss_csv
     from components.training.sft_run import run_sft
 
-    params = load_section(args.params, "sft", SFTParams)
+    params = load_section(args.params, args.section, SFTParams)
     train_records = load_records(args.data / "train.jsonl")
     eval_path = args.data / "eval.jsonl"
     eval_records = (load_records(eval_path) if eval_path.exists() else [])[:params.eval_records]
@@ -44,9 +54,10 @@ def sft(args: argparse.Namespace) -> int:
                                               source=str(eval_path))
     # Master weights in float32: the Trainer's bf16 autocast / DeepSpeed's bf16 mode computes in 16 bits on GPU.
     model = load_policy_model(args.model, dtype="float32")
-    with tracking.stage_run("sft", params=params, tags={"star.base_model": str(args.model)}) as run:
+    with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model)}) as run:
         result = run_sft(model, tokenizer, train, evaluation, params, args.out, on_log=run.log_metrics,
-                         manifest={"stage": "sft", "base": str(args.model), "parameters": count_parameters(model)})
+                         manifest={"stage": args.section, "base": str(args.model),
+                                   "parameters": count_parameters(model)})
         summary = {**result.summary, "train_records": len(train_records), "eval_records": len(eval_records),
                    "train_examples": len(train),
                    "eval_examples": len(evaluation),
@@ -59,9 +70,9 @@ def sft(args: argparse.Namespace) -> int:
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})
         run.log_artifact(args.metrics)
         run.log_artifact(args.plots)
-        run.log_model(args.out, registered_name=REGISTERED_NAME)
-    print(f"sft: train loss {summary['first_train_loss']:.3f} -> {summary['final_train_loss']:.3f}, eval loss "
-          f"{summary['initial_eval_loss']} -> {summary['final_eval_loss']}, {summary['tokens_per_second']:.0f} "
-          f"tokens/s, {summary['wall_seconds']:.0f} s", file=sys.stderr)
+        run.log_model(args.out, registered_name=registered_name(args.section))
+    print(f"{args.section}: train loss {summary['first_train_loss']:.3f} -> {summary['final_train_loss']:.3f}, "
+          f"eval loss {summary['initial_eval_loss']} -> {summary['final_eval_loss']}, "
+          f"{summary['tokens_per_second']:.0f} tokens/s, {summary['wall_seconds']:.0f} s", file=sys.stderr)
     print(f"SFT checkpoint in {args.out}; metrics in {args.metrics}; loss curve in {args.plots}")
     return 0

@@ -1,3 +1,3 @@
-"""RL for tool-use agents: GRPO, Dr.GRPO, DAPO and ARPO over multi-turn travel-planning rollouts.
+"""RL for tool-use agents: GRPO, Dr.GRPO, DAPO, ARPO and AEPO over multi-turn travel-planning rollouts.
 
 The loop is `trainer.train`; docs/architecture.md places it in the pipeline."""

@@ -8,6 +8,8 @@ reward; the advantage of every sampled token of trajectory i is
     Dr.GRPO:  A_i =  R_i - mean(R_group)                              (scale_rewards="none")
 
 `std` is the sample standard deviation (Bessel's correction, as `torch.std` and TRL); a group of one has std 0.
+
+AEPO (arXiv 2510.14545) then weights each sampled token's advantage by its entropy, `entropy_aware_advantages`.
 """
 from __future__ import annotations
 
@@ -68,3 +70,35 @@ def group_advantages(
 def token_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """Broadcast A_i to every token trajectory i sampled: shape (B, T), 0 where response_mask is 0."""
     return advantages[:, None].to(torch.float32) * response_mask.to(torch.float32)
+
+
+def entropy_moments(entropy: torch.Tensor, mask: torch.Tensor) -> tuple[float, float]:
+    """(mean, std) of the token entropies where mask is 1: the sample std (Bessel's correction), taken as 1 when it
+    is 0 or undefined (fewer than two tokens), so that standardising never divides by zero (as the authors' code)."""
+    values = entropy.detach()[mask.bool()].double()
+    if values.numel() == 0:
+        return 0.0, 1.0
+    mean = values.mean().item()
+    std = values.std().item() if values.numel() > 1 else 0.0
+    return mean, (std if std > 0 else 1.0)
+
+
+def entropy_aware_advantages(
+    advantages: torch.Tensor,
+    entropy: torch.Tensor,
+    mask: torch.Tensor,
+    coefficient: float = 0.2,
+    moments: tuple[float, float] | None = None,
+) -> torch.Tensor:
+    """AEPO's entropy-aware advantage estimation (arXiv 2510.14545, "Entropy-Balanced Policy Optimization"):
+
+        A~_t = A_t * (1 + a * A_dH_t),     A_dH_t = (H_t - mean(H)) / std(H)
+
+    per sampled token, with A_t the (B, T) token advantages (the trajectory's group-relative advantage), H_t the
+    (B, T) entropy of the distribution that sampled token t (no gradient flows through it) and a = `coefficient`
+    (0.2 in the authors' code). mean(H) and std(H) are `moments` (from `entropy_moments` over the tokens they
+    should cover: the trainer uses the whole mini-batch) or else those of the sampled tokens given here. A token
+    more uncertain than the average gets a larger |A|, a more certain one a smaller; 0 where mask is 0."""
+    mean, std = moments if moments is not None else entropy_moments(entropy, mask)
+    standardised = (entropy.detach().to(advantages.dtype) - mean) / std
+    return advantages * (1.0 + coefficient * standardised) * mask.to(advantages.dtype)

@@ -13,11 +13,16 @@ Per query, with a budget of M samples of which N start as full rollouts:
    own continuation of the uncertain segment;
 3. when every episode has finished, the rest of the budget is filled with fresh full rollouts.
 All M samples of a query form one group: plain GRPO over them is ARPO's default ("soft") advantage.
+
+The tree itself (`branching_rollouts`) is shared with AEPO (`aepo.py`), which parameterises it: how many full
+rollouts each query starts with (ARPO: N for every query; AEPO: its entropy pre-monitoring's split of M) and the rule
+that turns a branch point into a probability (a `BranchRule` of the turn's entropy, the trajectory's H_init and the
+number of consecutive branch points at which the trajectory branched just before; ARPO's rule ignores that count).
 """
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,9 +60,18 @@ def branch_probability(entropy: float, initial_entropy: float, alpha: float = 0.
     return min(1.0, max(0.0, alpha + beta * (entropy - initial_entropy)))
 
 
+# (H_t of the turn, H_init of the trajectory, consecutive branches just before) -> the branch probability
+BranchRule = Callable[[float, float, int], float]
+
+
+def arpo_rule(alpha: float = 0.5, beta: float = 0.2) -> BranchRule:
+    """ARPO's rule: `branch_probability`, whatever the trajectory branched before."""
+    return lambda entropy, initial_entropy, streak: branch_probability(entropy, initial_entropy, alpha, beta)
+
+
 @dataclass
 class ArpoStats:
-    """Branching counts for logging."""
+    """Branching counts for logging (the tree's, under ARPO and AEPO alike)."""
 
     initial: int = 0
     branch_points: int = 0  # turns generated right after a tool response
@@ -84,21 +98,26 @@ class _Sample:
     initial_entropy: float | None = None
     done: bool = False
     branchable: bool = True
+    streak: int = 0  # consecutive branch points, just before now, at which this trajectory's path branched
 
 
 @dataclass
 class ArpoGroups:
-    """Finished episodes grouped per query (in the order of the queries), with the branching counts."""
+    """Finished episodes grouped per query (in the order of the queries), with the branching counts (and, from AEPO,
+    its own metrics in `extra`)."""
 
     groups: list[list[Any]] = field(default_factory=list)
     stats: ArpoStats = field(default_factory=ArpoStats)
+    extra: dict[str, float] = field(default_factory=dict)
 
 
 def _run_rounds(
     engine: BranchingEngine, samples: list[_Sample], budget: list[int], used: list[int],
-    alpha: float, beta: float, rng: random.Random, stats: ArpoStats, probabilities: list[float],
+    rule: BranchRule, rng: random.Random, stats: ArpoStats, probabilities: list[float],
 ) -> None:
-    """Advance every active sample one turn per round, branching after tool responses, until all are done."""
+    """Advance every active sample one turn per round, branching after tool responses, until all are done. A branch
+    continues its source's path, so it starts with the source's streak (this branch point included); a branch point
+    that does not branch ends the streak."""
     while True:
         active = [s for s in samples if not s.done]
         if not active:
@@ -110,13 +129,60 @@ def _run_rounds(
                 sample.initial_entropy = info.entropy
             elif info.after_tool and sample.branchable:
                 stats.branch_points += 1
-                p = branch_probability(info.entropy, sample.initial_entropy, alpha, beta)
+                p = rule(info.entropy, sample.initial_entropy, sample.streak)
                 probabilities.append(p)
                 if used[sample.query_pos] < budget[sample.query_pos] and rng.random() < p:
                     used[sample.query_pos] += 1
                     stats.branches += 1
-                    samples.append(_Sample(engine.branch(sample.episode), sample.query_pos, sample.initial_entropy))
+                    sample.streak += 1
+                    samples.append(_Sample(engine.branch(sample.episode), sample.query_pos, sample.initial_entropy,
+                                           streak=sample.streak))
+                else:
+                    sample.streak = 0
             sample.done = info.done
+
+
+def branching_rollouts(
+    engine: BranchingEngine,
+    queries: Sequence[Any],
+    *,
+    budget: int,
+    initial_rollouts: Sequence[int],
+    rule: BranchRule,
+    rng: random.Random,
+) -> ArpoGroups:
+    """The tree of partial rollouts that ARPO and AEPO share: query q starts `initial_rollouts[q]` full rollouts,
+    which branch after tool responses with the probability `rule` gives while the query's `budget` allows; the rest
+    of the budget is then filled with fresh full rollouts (which never branch). Every query gets exactly `budget`
+    finished episodes."""
+    if len(initial_rollouts) != len(queries):
+        raise ValueError(f"need one initial rollout count per query, got {len(initial_rollouts)} for {len(queries)}")
+    for n in initial_rollouts:
+        if not 0 < n <= budget:
+            raise ValueError(f"need 0 < initial_rollouts <= budget, got N={n}, M={budget}")
+    stats = ArpoStats()
+    budgets = [budget] * len(queries)
+    used = list(initial_rollouts)
+    samples = [_Sample(ep, q) for q, (query, n) in enumerate(zip(queries, initial_rollouts))
+               for ep in engine.start(query, n)]
+    stats.initial = len(samples)
+    probabilities: list[float] = []
+    _run_rounds(engine, samples, budgets, used, rule, rng, stats, probabilities)
+
+    fills: list[_Sample] = []
+    for q, query in enumerate(queries):
+        missing = budget - used[q]
+        if missing > 0:
+            fills += [_Sample(ep, q, branchable=False) for ep in engine.start(query, missing)]
+            used[q] = budget
+    stats.fills = len(fills)
+    _run_rounds(engine, fills, budgets, used, rule, rng, stats, probabilities)
+
+    groups: list[list[Any]] = [[] for _ in queries]
+    for sample in samples + fills:
+        groups[sample.query_pos].append(sample.episode)
+    stats.mean_branch_probability = sum(probabilities) / len(probabilities) if probabilities else 0.0
+    return ArpoGroups(groups=groups, stats=stats)
 
 
 def arpo_rollouts(
@@ -129,28 +195,7 @@ def arpo_rollouts(
     beta: float = 0.2,
     rng: random.Random,
 ) -> ArpoGroups:
-    """Run ARPO's adaptive rollouts for a batch of queries; every query gets exactly `budget` finished episodes."""
-    if not 0 < initial_rollouts <= budget:
-        raise ValueError(f"need 0 < initial_rollouts <= budget, got N={initial_rollouts}, M={budget}")
-    stats = ArpoStats()
-    budgets = [budget] * len(queries)
-    used = [initial_rollouts] * len(queries)
-    samples = [_Sample(ep, q) for q, query in enumerate(queries) for ep in engine.start(query, initial_rollouts)]
-    stats.initial = len(samples)
-    probabilities: list[float] = []
-    _run_rounds(engine, samples, budgets, used, alpha, beta, rng, stats, probabilities)
-
-    fills: list[_Sample] = []
-    for q, query in enumerate(queries):
-        missing = budget - used[q]
-        if missing > 0:
-            fills += [_Sample(ep, q, branchable=False) for ep in engine.start(query, missing)]
-            used[q] = budget
-    stats.fills = len(fills)
-    _run_rounds(engine, fills, budgets, used, alpha, beta, rng, stats, probabilities)
-
-    groups: list[list[Any]] = [[] for _ in queries]
-    for sample in samples + fills:
-        groups[sample.query_pos].append(sample.episode)
-    stats.mean_branch_probability = sum(probabilities) / len(probabilities) if probabilities else 0.0
-    return ArpoGroups(groups=groups, stats=stats)
+    """Run ARPO's adaptive rollouts for a batch of queries: N full rollouts per query, ARPO's branch rule; every
+    query gets exactly `budget` finished episodes."""
+    return branching_rollouts(engine, queries, budget=budget, initial_rollouts=[initial_rollouts] * len(queries),
+                              rule=arpo_rule(alpha, beta), rng=rng)

@@ -3,10 +3,10 @@
 Two ways to roll out, one loop:
 - `groups(queries, G)`: every episode of the step runs in one batch through `run_episodes` (one batched generate
   call per turn, or per decoding round with transformers, over all active episodes).
-- ARPO (`start` / `advance` / `branch`, the `BranchingEngine` that `arpo.arpo_rollouts` drives): the loop's public
-  stepping API (`loop.start_episode/generate_turns/advance_episode/finish_episode`), one turn per round, so that an
-  episode can be copied right after a tool response (prefix ids, masks, logprobs, counters, messages and
-  environment state) and branch.
+- ARPO and AEPO (`start` / `advance` / `branch`, the `BranchingEngine` that `arpo.branching_rollouts` drives): the
+  loop's public stepping API (`loop.start_episode/generate_turns/advance_episode/finish_episode`), one turn per
+  round, so that an episode can be copied right after a tool response (prefix ids, masks, logprobs, counters,
+  messages and environment state) and branch.
 
 Backends: transformers (`HFPolicy`, CPU and small GPU runs; the engine samples with the very model being trained,
 so no weight sync is needed) or vLLM on a GPU (`components.agent.vllm_backend.VLLMPolicy` on a colocated engine, weights

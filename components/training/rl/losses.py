@@ -9,7 +9,8 @@ policy sampled). Per token t of trajectory i (PPO's clipped objective as GRPO an
     H_t      = -sum_v pi(v) log pi(v)                                (entropy of the whole next-token distribution)
     loss_t   = L_t + beta * KL_t - entropy_coeff * H_t               (verl's sign: > 0 a bonus, < 0 sharpens)
 
-and the mini-batch loss aggregates loss_t over masked tokens (see `aggregate_loss`). Masked positions are forced to
+and the mini-batch loss aggregates loss_t over masked tokens (see `aggregate_loss`). AEPO replaces L_t by
+`entropy_balanced_surrogate_loss`, whose upper clip bound keeps a gradient. Masked positions are forced to
 r = 1 and KL = 0 before anything else so that a garbage log-probability there (padding, a tool response, -inf)
 can never leak into the ratios or the gradient.
 """
@@ -45,6 +46,23 @@ def clipped_surrogate_loss(
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - epsilon, 1.0 + high) * advantages
     return -torch.minimum(unclipped, clipped)
+
+
+def entropy_balanced_surrogate_loss(
+    ratio: torch.Tensor, advantages: torch.Tensor, epsilon: float = 0.2, epsilon_high: float | None = None
+) -> torch.Tensor:
+    """AEPO's entropy clipping-balanced objective (arXiv 2510.14545, "Entropy-Balanced Policy Optimization"):
+
+        L_t = -min(r_t A_t, clip(r_t, 1 - epsilon, (1 + epsilon_high) / sg(r_t) * r_t) A_t)
+
+    with sg the stop-gradient. The value is exactly `clipped_surrogate_loss`'s; only the gradient differs: a token
+    past the upper bound with A_t > 0 (mostly high-entropy ones, whose ratios move most) keeps the gradient
+    -(1 + epsilon_high) A_t grad log pi(o_t) instead of none. The lower bound (r_t < 1 - epsilon, A_t < 0) still
+    stops the gradient, and A_t < 0 with r_t above the upper bound takes the unclipped term, as in PPO."""
+    high = epsilon if epsilon_high is None else epsilon_high
+    upper = (1.0 + high) * ratio / ratio.detach()  # = 1 + epsilon_high in value, d/dlog pi = 1 + epsilon_high
+    clipped_ratio = torch.where(ratio > 1.0 + high, upper, torch.clamp(ratio, min=1.0 - epsilon))
+    return -torch.minimum(ratio * advantages, clipped_ratio * advantages)
 
 
 def clip_fraction(
@@ -130,16 +148,20 @@ def policy_loss(
     max_completion_length: int = 1,
     entropy_coeff: float = 0.0,
     entropy: torch.Tensor | None = None,
+    entropy_clipping: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """loss_t = L_t + beta KL_t - entropy_coeff H_t aggregated over the micro-batch; returns (loss, stats) with the
     mean ratio, the clip fractions and the mean KL over sampled tokens. `advantages` is per token (B, T); `entropy`
-    (B, T, with its gradient) is needed only when entropy_coeff is not 0."""
+    (B, T, with its gradient) is needed only when entropy_coeff is not 0. `entropy_clipping` takes AEPO's
+    `entropy_balanced_surrogate_loss` for L_t (the clip fractions then count tokens past a bound as before, though
+    those past the upper one keep a gradient)."""
     if beta and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs (the reference model's log-probabilities)")
     if entropy_coeff and entropy is None:
         raise ValueError("entropy_coeff != 0 needs the per-token entropy (B, T) with its gradient")
     ratio = probability_ratio(logprobs, old_logprobs, mask)
-    token_loss = clipped_surrogate_loss(ratio, advantages, epsilon, epsilon_high)
+    surrogate = entropy_balanced_surrogate_loss if entropy_clipping else clipped_surrogate_loss
+    token_loss = surrogate(ratio, advantages, epsilon, epsilon_high)
     kl = k3_kl(logprobs, ref_logprobs, mask) if ref_logprobs is not None else torch.zeros_like(token_loss)
     if beta:
         token_loss = token_loss + beta * kl

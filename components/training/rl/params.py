@@ -18,21 +18,30 @@ from components.params import Params
 # TRL's loss_type names with the same meaning (TRL's "bnpo" normalises per process, which we never do).
 LOSS_TYPE_ALIASES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
 
-Algorithm = Literal["grpo", "dr_grpo", "dapo", "arpo"]
+Algorithm = Literal["grpo", "dr_grpo", "dapo", "arpo", "aepo"]
 
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     # GRPO: group-normalised advantages, symmetric clip, token-mean over the mini-batch.
     "grpo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
-             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False}},
+             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False},
+             "aepo": {"enabled": False}},
     # Dr.GRPO: no std normalisation; token sum divided by a constant (sequences x max_completion_length).
     "dr_grpo": {"scale_rewards": "none", "loss_type": "seq-mean-token-sum-norm", "epsilon_high": None,
-                "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False}},
+                "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False},
+                "aepo": {"enabled": False}},
     # DAPO: clip-higher, dynamic sampling, token-level loss, overlong shaping.
     "dapo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": 0.28,
-             "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}, "arpo": {"enabled": False}},
+             "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}, "arpo": {"enabled": False},
+             "aepo": {"enabled": False}},
     # ARPO: entropy-guided branching; plain GRPO advantages over each query's M samples.
     "arpo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
-             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": True}},
+             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": True},
+             "aepo": {"enabled": False}},
+    # AEPO: ARPO's tree with entropy pre-monitoring and the consecutive-branch penalty; entropy-balanced clipping and
+    # entropy-aware advantages in the update (the `aepo:` knobs).
+    "aepo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
+             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": True},
+             "aepo": {"enabled": True}},
 }
 
 
@@ -70,6 +79,22 @@ class ArpoParams(Params):
         if self.initial_rollouts > self.budget:
             raise ValueError(f"arpo.initial_rollouts ({self.initial_rollouts}) must be <= arpo.budget ({self.budget})")
         return self
+
+
+class AepoParams(Params):
+    """AEPO (arXiv 2510.14545) on ARPO's tree: arpo.budget is its k, arpo.alpha/beta its branch probability's
+    alpha/gamma, arpo.entropy_tokens the head whose entropy is measured. Defaults: the authors' public code (the
+    paper's full method; their released scripts turn dynamic_rollouts off)."""
+
+    enabled: bool = False  # null in the file: the algorithm's default
+    # dynamic entropy-balanced rollout (components/training/rl/aepo.py). Entropy pre-monitoring: each query starts
+    # m = k * sigmoid(allocation_beta * (H_root - mean H_tool)) full rollouts (false: arpo.initial_rollouts, as ARPO)
+    dynamic_rollouts: bool = True
+    allocation_beta: float = Field(0.5, ge=0)  # beta of that split (the authors' code: 0.5)
+    branch_penalty: float = Field(0.05, ge=0)  # P(l) = branch_penalty * l after l consecutive branches (0: none)
+    # entropy-balanced policy optimisation (losses.py, advantages.py)
+    entropy_clipping: bool = True  # upper clip bound (1 + eps_high) / sg(r) * r: clipped tokens keep their gradient
+    entropy_advantage_coef: float = Field(0.2, ge=0)  # a in A * (1 + a * (H_t - mean H) / std H) (0: off)
 
 
 class RolloutParams(LimitsParams, DecoderParams):
@@ -144,6 +169,7 @@ class RLParams(Params):
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
     overlong: OverlongParams = OverlongParams()
     arpo: ArpoParams = ArpoParams()
+    aepo: AepoParams = AepoParams()
     rollout: RolloutParams = RolloutParams()
     env: EnvParams = EnvParams()
     eval: EvalParams = EvalParams()
@@ -173,9 +199,16 @@ class RLParams(Params):
             merged["loss_type"] = LOSS_TYPE_ALIASES[merged["loss_type"]]
         return merged
 
+    @model_validator(mode="after")
+    def _aepo_on_arpo(self) -> "RLParams":
+        if self.aepo.enabled and not self.arpo.enabled:
+            raise ValueError("aepo.enabled needs arpo.enabled: AEPO's rollout is ARPO's branching tree (algorithm: "
+                             "aepo turns both on)")
+        return self
+
     @property
     def group_size(self) -> int:
-        """Trajectories per query: arpo.budget under ARPO, num_generations otherwise."""
+        """Trajectories per query: arpo.budget under ARPO (and AEPO), num_generations otherwise."""
         return self.arpo.budget if self.arpo.enabled else self.num_generations
 
     def total_steps(self, num_queries: int) -> int:

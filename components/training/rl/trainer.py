@@ -3,8 +3,9 @@ RL trainer", places it in the pipeline).
 
 Per step:
   1. sample a batch of queries (the data cursor);
-  2. roll out G trajectories per query through the shared agent loop (ARPO: entropy-guided branching; DAPO:
-     dynamic sampling until the batch holds informative groups);
+  2. roll out G trajectories per query through the shared agent loop (ARPO: entropy-guided branching; AEPO: the
+     same tree with entropy pre-monitoring and a consecutive-branch penalty; DAPO: dynamic sampling until the batch
+     holds informative groups);
   3. score each trajectory with the strict evaluator and the STAR reward (kind from params; progress = step/total);
   4. group-relative advantages;
   5. PPO-style update(s) with gradient accumulation, grad clipping and the LR schedule; push weights to the engine;
@@ -37,7 +38,8 @@ from components.models.checkpoints import save_checkpoint as save_hf
 from components.models.loading import load_policy_model, load_tokenizer, resolve_device
 from components.training.rl import checkpoint as ckpt
 from components.training.rl.advantages import group_advantages
-from components.training.rl.arpo import arpo_rollouts
+from components.training.rl.aepo import aepo_rollouts
+from components.training.rl.arpo import ArpoGroups, arpo_rollouts
 from components.training.rl.cursor import QueryCursor
 from components.training.rl.dapo import dynamic_sampling
 from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
@@ -230,18 +232,27 @@ def score_groups(groups: list[list[dict]], params: RLParams, progress: float) ->
     return [[Scored(r, trajectory_reward(r, params, progress)) for r in group] for group in groups]
 
 
+def branching_groups(engine: RolloutEngine, queries: list[Query], params: RLParams, rng: random.Random) -> ArpoGroups:
+    """The step's groups from the branching tree: AEPO's rule and budget split when `aepo.enabled`, else ARPO's."""
+    arpo, aepo = params.arpo, params.aepo
+    if aepo.enabled:
+        return aepo_rollouts(engine, queries, budget=arpo.budget, initial_rollouts=arpo.initial_rollouts,
+                             alpha=arpo.alpha, beta=arpo.beta, branch_penalty=aepo.branch_penalty,
+                             dynamic_rollouts=aepo.dynamic_rollouts, allocation_beta=aepo.allocation_beta, rng=rng)
+    return arpo_rollouts(engine, queries, budget=arpo.budget, initial_rollouts=arpo.initial_rollouts,
+                         alpha=arpo.alpha, beta=arpo.beta, rng=rng)
+
+
 def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: Callable[[int], list[Query]],
                      params: RLParams, progress: float, rng: random.Random) -> StepBatch:
     """The step's scored groups, by the algorithm's sampling rule."""
     batch = StepBatch()
     start = time.perf_counter()
     if params.arpo.enabled:
-        result = arpo_rollouts(engine, queries, budget=params.arpo.budget,
-                               initial_rollouts=params.arpo.initial_rollouts, alpha=params.arpo.alpha,
-                               beta=params.arpo.beta, rng=rng)
+        result = branching_groups(engine, queries, params, rng)
         records = [[ep.record for ep in group] for group in result.groups]
         batch.groups = score_groups(records, params, progress)
-        batch.extra.update(result.stats.as_metrics())
+        batch.extra.update({**result.stats.as_metrics(), **result.extra})
     elif params.dynamic_sampling.enabled:
         pending = [list(queries)]
 
@@ -315,7 +326,9 @@ def build_parts(params: RLParams, paths: RLPaths, world: World, source: Path, to
                           num_iterations=params.num_iterations, mini_batch_size=params.mini_batch_size,
                           micro_batch_size=params.micro_batch_size, temperature=params.rollout.temperature,
                           recompute_old_logprobs=params.old_logprobs == "recompute",
-                          entropy_coeff=params.entropy_coeff)
+                          entropy_coeff=params.entropy_coeff,
+                          entropy_clipping=params.aepo.enabled and params.aepo.entropy_clipping,
+                          entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
 

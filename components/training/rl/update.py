@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from components.training.rl.advantages import token_advantages
+from components.training.rl.advantages import entropy_aware_advantages, entropy_moments, token_advantages
 from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
 
 
@@ -63,11 +63,13 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
 def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
                       positions: torch.Tensor | None = None,
                       with_entropy: bool = False,
-                      entropy_map: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                      entropy_map: bool = False,
+                      entropy_grad: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) log pi(id_t | ids_<t) of right-padded sequences under logits / temperature (0 at t = 0), and with
     `with_entropy` the mean entropy of the next-token distributions scored (no gradient). With `entropy_map` the
     second value is instead the (B, T) entropy H_t of the distribution that predicted id_t, aligned like the
-    log-probs (0 at t = 0 and at unscored positions) and with its gradient, for an entropy term in the loss.
+    log-probs (0 at t = 0 and at unscored positions) and with its gradient, for an entropy term in the loss (without
+    it when `entropy_grad` is false: AEPO's entropy-aware advantage only reads the values).
 
     With `positions` (a (B, T) 0/1 mask, e.g. the loss mask), the output layer runs only on the hidden states that
     predict those tokens and every other position holds 0: the (tokens x vocabulary) logits of the tool responses and
@@ -88,11 +90,12 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
         scored = torch.zeros(targets.shape, device=device, dtype=picked.dtype).masked_scatter(keep, picked)
     logprobs = torch.cat([torch.zeros(input_ids.shape[0], 1, device=device, dtype=scored.dtype), scored], dim=1)
     if entropy_map:
-        if positions is None:
-            per_position = token_entropy(logits)
-        else:
-            rows = token_entropy(logits)
-            per_position = torch.zeros(targets.shape, device=device, dtype=rows.dtype).masked_scatter(keep, rows)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            if positions is None:
+                per_position = token_entropy(logits)
+            else:
+                rows = token_entropy(logits)
+                per_position = torch.zeros(targets.shape, device=device, dtype=rows.dtype).masked_scatter(keep, rows)
         zero = torch.zeros(input_ids.shape[0], 1, device=device, dtype=per_position.dtype)
         return logprobs, torch.cat([zero, per_position], dim=1)
     entropy = None
@@ -143,6 +146,8 @@ class UpdateConfig:
     temperature: float = 1.0
     recompute_old_logprobs: bool = True
     entropy_coeff: float = 0.0
+    entropy_clipping: bool = False  # AEPO: the upper clip bound keeps a gradient (losses.entropy_balanced_...)
+    entropy_advantage_coef: float = 0.0  # AEPO: a of the entropy-aware advantage (0: plain advantages)
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -159,30 +164,52 @@ def padded_reference(ref_logprobs: list[list[float]], positions: Sequence[int], 
 
 def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int], config: UpdateConfig, pad_id: int,
                      current_is_old: bool, ref_logprobs: list[list[float]] | None, minibatch_tokens: int,
-                     minibatch_sequences: int) -> tuple[torch.Tensor, dict[str, float], float]:
+                     minibatch_sequences: int, entropy_stats: tuple[float, float] | None = None,
+                     ) -> tuple[torch.Tensor, dict[str, float], float]:
     """The loss of the micro-batch of rollouts at `positions` (its share of its mini-batch's loss), its statistics
-    (the entropy included) and its number of trained tokens."""
+    (the entropy included) and its number of trained tokens. `entropy_stats` are the mini-batch's entropy (mean, std)
+    that AEPO's entropy-aware advantage standardises by."""
     batch = pad_batch([rollouts[p] for p in positions], pad_id)
+    entropy_map = bool(config.entropy_coeff or config.entropy_advantage_coef)
     logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
-                                          positions=batch["loss_mask"], with_entropy=True,
-                                          entropy_map=bool(config.entropy_coeff))
+                                          positions=batch["loss_mask"], with_entropy=True, entropy_map=entropy_map,
+                                          entropy_grad=bool(config.entropy_coeff))
     device = logprobs.device
     mask = batch["loss_mask"].to(device)
     old_logprobs = logprobs.detach() if current_is_old else batch["old_logprobs"].to(device)
     entropies = None
-    if config.entropy_coeff:  # `entropy` is then the (B, T) map: the loss uses it, the statistics its mean
+    if entropy_map:  # `entropy` is then the (B, T) map: the loss uses it, the statistics its mean
         entropies = entropy
         with torch.no_grad():
             entropy = (entropies * mask).sum() / mask.sum().clamp(min=1)
     ref = None if ref_logprobs is None else padded_reference(ref_logprobs, positions, mask.shape[1], device)
     advantages = token_advantages(batch["advantages"].to(device), mask)
+    if config.entropy_advantage_coef:
+        advantages = entropy_aware_advantages(advantages, entropies, mask, config.entropy_advantage_coef,
+                                              entropy_stats)
     loss, stats = policy_loss(
         logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
         beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type, minibatch_tokens=minibatch_tokens,
         minibatch_sequences=minibatch_sequences, max_completion_length=config.max_completion_length,
-        entropy_coeff=config.entropy_coeff, entropy=entropies)
+        entropy_coeff=config.entropy_coeff, entropy=entropies, entropy_clipping=config.entropy_clipping)
     stats["entropy"] = entropy.item()
     return loss, stats, float(mask.sum().item())
+
+
+@torch.no_grad()
+def minibatch_entropy_stats(model, rollouts: Sequence[Rollout], positions: Sequence[int], config: UpdateConfig,
+                            pad_id: int) -> tuple[float, float]:
+    """(mean, std) of the entropies of the trained tokens of the rollouts at `positions` under `model`, one no-grad
+    pass per micro-batch: what AEPO's entropy-aware advantage standardises by. Taken over the whole mini-batch (the
+    authors' code takes each micro-batch's), so that how a mini-batch is split never changes its loss."""
+    values = []
+    for chunk in chunks(by_length(positions, rollouts), config.micro_batch_size):
+        batch = pad_batch([rollouts[p] for p in chunk], pad_id)
+        _, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature, positions=batch["loss_mask"],
+                                       entropy_map=True)
+        values.append(entropy[batch["loss_mask"].to(entropy.device).bool()].double().cpu())
+    flat = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)
+    return entropy_moments(flat, torch.ones_like(flat))
 
 
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
@@ -213,9 +240,11 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
             tokens = sum(r.num_trained for r in minibatch)
             order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
             micros = list(chunks(order, config.micro_batch_size))
+            entropy_stats = (minibatch_entropy_stats(model, rollouts, order, config, pad_id)
+                             if config.entropy_advantage_coef else None)
             for j, positions in enumerate(micros):
                 loss, stats, n = micro_batch_loss(model, rollouts, positions, config, pad_id, current_is_old,
-                                                  ref_logprobs, tokens, len(minibatch))
+                                                  ref_logprobs, tokens, len(minibatch), entropy_stats)
                 optimizer.backward(loss, sync=j == len(micros) - 1)
                 stats["loss"] = loss.item()
                 for key, value in stats.items():
@@ -227,6 +256,7 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     out["grad_norm"] = sum(grad_norms) / steps
     out["optimizer_steps"] = len(grad_norms)
     out["trained_tokens"] = sum(r.num_trained for r in rollouts) * config.num_iterations
-    passes = config.num_iterations + int(recompute)  # forward(+backward) passes over every sequence
+    # forward(+backward) passes over every sequence; AEPO's entropy statistics add a forward pass per iteration
+    passes = config.num_iterations * (1 + int(bool(config.entropy_advantage_coef))) + int(recompute)
     out["processed_tokens"] = sum(len(r.input_ids) for r in rollouts) * passes
     return out

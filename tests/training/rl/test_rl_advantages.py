@@ -4,7 +4,14 @@ import math
 import pytest
 import torch
 
-from components.training.rl.advantages import group_advantages, group_mean, group_std, token_advantages
+from components.training.rl.advantages import (
+    entropy_aware_advantages,
+    entropy_moments,
+    group_advantages,
+    group_mean,
+    group_std,
+    token_advantages,
+)
 
 
 def test_grpo_advantage_is_reward_minus_group_mean_over_group_std():
@@ -51,3 +58,24 @@ def test_the_advantage_is_broadcast_only_to_sampled_tokens():
 def test_an_unknown_scaling_names_the_valid_ones():
     with pytest.raises(ValueError, match="'group', 'batch' or 'none'"):
         group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), "std")
+
+
+def test_aepos_entropy_aware_advantage_scales_each_token_by_its_standardised_entropy():
+    # sampled tokens' entropies 1, 2, 3 (the 4th position is masked): mean 2, sample std 1 -> standardised -1, 0, 1
+    adv = torch.tensor([[2.0, 2.0], [-1.0, 5.0]])
+    entropy = torch.tensor([[1.0, 2.0], [3.0, 99.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    assert entropy_moments(entropy, mask) == pytest.approx((2.0, 1.0))
+    # A * (1 + 0.5 * z): 2 * 0.5, 2 * 1, -1 * 1.5, masked 0
+    assert entropy_aware_advantages(adv, entropy, mask, coefficient=0.5).tolist() == [[1.0, 2.0], [-1.5, 0.0]]
+    # the mini-batch's moments when given: z = (H - 1) / 2 -> 0, 0.5, 1
+    assert entropy_aware_advantages(adv, entropy, mask, 0.5, moments=(1.0, 2.0)).tolist() == [[2.0, 2.5], [-1.5, 0.0]]
+
+
+def test_equal_entropies_leave_the_advantages_alone():
+    adv = torch.tensor([[1.0, -2.0]])
+    entropy = torch.tensor([[0.7, 0.7]])
+    mask = torch.ones(1, 2)
+    assert entropy_moments(entropy, mask) == (pytest.approx(0.7), 1.0)  # std 0 -> 1: no division by zero
+    assert entropy_aware_advantages(adv, entropy, mask, 0.2)[0].tolist() == pytest.approx([1.0, -2.0])
+    assert entropy_moments(torch.tensor([[4.0]]), torch.ones(1, 1)) == (4.0, 1.0)  # one token: no std either

@@ -232,6 +232,7 @@ def test_warmup_ratio_becomes_whole_warmup_steps_of_the_run():
     ("dr_grpo", ("none", "seq-mean-token-sum-norm", None, False, False)),
     ("dapo", ("group", "token-mean", 0.28, True, False)),
     ("arpo", ("group", "token-mean", None, False, True)),
+    ("aepo", ("group", "token-mean", None, False, True)),
 ])
 def test_the_algorithm_sets_the_defaults_of_its_knobs(algorithm, expected):
     p = RLParams.model_validate({"algorithm": algorithm})

@@ -8,6 +8,7 @@ from components.training.rl.losses import (
     aggregate_loss,
     clip_fraction,
     clipped_surrogate_loss,
+    entropy_balanced_surrogate_loss,
     k3_kl,
     policy_loss,
     probability_ratio,
@@ -28,6 +29,33 @@ def test_clip_higher_widens_only_the_upper_bound():
     adv = torch.tensor([1.0, 1.0, -1.0])
     # upper bound 1.28 (DAPO): 1.25 unclipped, 1.5 -> 1.28; lower bound still 0.8: -max(0.7, 0.8) = -0.8 -> loss 0.8
     assert clipped_surrogate_loss(ratio, adv, 0.2, 0.28).tolist() == pytest.approx([-1.25, -1.28, 0.8])
+
+
+def test_aepos_entropy_balanced_clip_keeps_the_value_and_the_gradient_past_the_upper_bound():
+    """(1 + eps) / sg(r) * r equals 1 + eps but has the gradient (1 + eps) d log pi: a token past the upper bound with
+    A > 0 keeps the gradient -(1 + eps) A instead of 0; the lower bound and A < 0 stay PPO's."""
+    old = torch.zeros(4)
+    adv = torch.tensor([2.0, -1.0, 3.0, -1.0])
+    # r = 1.5 (A > 0: clipped at 1.2), 0.5 (A < 0: clipped at 0.8), 1.0 (inside), 1.5 (A < 0: unclipped r A)
+    logp = torch.log(torch.tensor([1.5, 0.5, 1.0, 1.5])).requires_grad_()
+    ratio = probability_ratio(logp, old, torch.ones(4))
+    ppo = clipped_surrogate_loss(ratio, adv, 0.2)
+    aepo = entropy_balanced_surrogate_loss(ratio, adv, 0.2)
+    assert ppo.tolist() == pytest.approx([-2.4, 0.8, -3.0, 1.5])
+    assert aepo.tolist() == pytest.approx([-2.4, 0.8, -3.0, 1.5])
+    (grad_ppo,) = torch.autograd.grad(ppo.sum(), logp, retain_graph=True)
+    (grad_aepo,) = torch.autograd.grad(aepo.sum(), logp)
+    assert grad_ppo.tolist() == pytest.approx([0.0, 0.0, -3.0, 1.5])  # d(-r A)/d log pi = -r A where unclipped
+    assert grad_aepo.tolist() == pytest.approx([-2.4, 0.0, -3.0, 1.5])  # token 0: -(1 + 0.2) * 2
+
+
+def test_policy_loss_takes_the_entropy_balanced_clip_when_asked():
+    logp = torch.tensor([[math.log(1.5), 0.0]], requires_grad=True)
+    old, adv, mask = torch.zeros(1, 2), torch.tensor([[2.0, 7.0]]), torch.tensor([[1, 0]])
+    loss, stats = policy_loss(logp, old, adv, mask, entropy_clipping=True)
+    loss.backward()
+    assert loss.item() == pytest.approx(-2.4) and logp.grad[0].tolist() == pytest.approx([-2.4, 0.0])
+    assert stats["clip_fraction_high"] == 1.0  # still counted as past the bound
 
 
 def test_clip_fraction_counts_only_tokens_whose_gradient_was_clipped_away():

@@ -38,7 +38,7 @@ def read_steps(csv_path: Path) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "dapo", "arpo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "dapo", "arpo", "aepo"])
 def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny_model_dir, tiny_world_dir,
                                                        rl_queries_path):
     params = RLParams.model_validate({**TINY, "algorithm": algorithm, "max_steps": 1,
@@ -58,8 +58,10 @@ def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny
             assert key in metrics, key
     else:  # an untrained model may tie every group (all rewards 0): no signal, so no optimizer step
         assert metrics["reward/std"] == 0.0
-    if algorithm == "arpo":
+    if algorithm in ("arpo", "aepo"):
         assert metrics["batch/trajectories"] == 3 and "arpo/branches" in metrics
+    if algorithm == "aepo":  # pre-monitoring split the budget of 3
+        assert 1 <= metrics["aepo/global_rollouts"] <= 3 and metrics["aepo/monitor_rollouts"] == 1
 
 
 @pytest.mark.slow
