@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "components.travel.eval_commands",
     "components.synthesis.commands",
     "components.evaluation.commands",
+    "components.evaluation.toolstar_commands",
     "components.models.commands",
     "components.training.commands",
     "components.training.rl_commands",

@@ -21,7 +21,8 @@ from components.errors import UserError
 from components.params import ACTIVE_PRESET_FILE, ParamsError, load_section, parse_section
 
 MISSING = object()  # a key the params file did not have
-FAMILIES = ("world", "queries", "teacher", "filter", "model", "sft", "rl", "validate", "ood_qa", "report")
+FAMILIES = ("world", "queries", "teacher", "filter", "model", "sft", "rl", "validate", "ood_qa", "report", "toolstar",
+            "toolstar_sft")
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,8 @@ PARAMS_MODELS = {
     "validate": "components.evaluation.validate:ValidateParams",
     "ood_qa": "components.evaluation.ood_qa:OODQAParams",
     "report": "components.evaluation.report:ReportParams",
+    "toolstar": "components.evaluation.toolstar_params:ToolStarParams",
+    "toolstar_sft": "components.training.sft_params:SFTParams",  # star sft --section toolstar_sft
 }
 
 
