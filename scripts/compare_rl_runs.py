@@ -4,7 +4,7 @@ A reward curve can "rise" on the order of the queries alone: the tiny preset's r
 run and its control (the same params and seed with weights that never move, e.g. `reward.kind: macro` while no plan
 passes every check, or `learning_rate: 0`) see the same queries in the same order. A frozen SFT policy's own curve
 can pass most of the way to a first-fifth/last-fifth test. This script reads both runs'
-`plots/rewards.csv` (the stage's DVC plot; one row per step), rescores every step with one reward kind from the
+`plots/rl/rewards.csv` (the stage's DVC plot; one row per step), rescores every step with one reward kind from the
 logged component means, and prints
 
   * each run's first-fifth and last-fifth means (the trainer's `reward_trend` test, on step means), and
@@ -18,7 +18,7 @@ Rescoring is exact because every reward kind is linear in the per-episode compon
 the format reward with all components 0: a step's mean reward = the weighted mean of its component means +
 format_reward x format_error_rate.
 
-    python scripts/compare_rl_runs.py runs/sum/plots/rewards.csv runs/frozen/plots/rewards.csv --kind sum
+    python scripts/compare_rl_runs.py runs/sum/plots/rl/rewards.csv runs/frozen/plots/rl/rewards.csv --kind sum
 """
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def read_curve(path: Path) -> list[dict[str, float]]:
         raise SystemExit(f"{path}: no steps in it")
     missing = [name for name in REQUIRED if name not in rows[0]]
     if missing:
-        raise SystemExit(f"{path}: columns {missing} are missing; is it an RL stage's plots/rewards.csv?")
+        raise SystemExit(f"{path}: columns {missing} are missing; is it an RL stage's plots/rl/rewards.csv?")
     try:
         curve = [{key: float(value) for key, value in row.items() if key in REQUIRED} for row in rows]
     except ValueError as error:
@@ -128,8 +128,8 @@ def report(result: dict, per_step: bool = False) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("run", type=Path, help="the trained run's plots/rewards.csv")
-    parser.add_argument("control", type=Path, help="the control's plots/rewards.csv (same seed, frozen weights)")
+    parser.add_argument("run", type=Path, help="the trained run's plots/rl/rewards.csv")
+    parser.add_argument("control", type=Path, help="the control's plots/rl/rewards.csv (same seed, frozen weights)")
     parser.add_argument("--kind", choices=sorted(KIND_COMPONENTS), default="sum", help="rescore both with it")
     parser.add_argument("--format-reward", type=float, default=0.0, help="rl.reward.format_reward of the runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")

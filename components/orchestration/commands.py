@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     preset = subparsers.add_parser("preset", help="apply a per-scale preset to params/")
     preset_sub = preset.add_subparsers(dest="preset_command", metavar="ACTION", required=True)
     use = preset_sub.add_parser("use", help="deep-merge params/presets/<name>.yaml into params/<family>.yaml")
-    use.add_argument("name", help="tiny, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, or any params/presets/<name>.yaml")
+    use.add_argument("name", help="tiny, smoke, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b, or any params/presets/<name>.yaml")
     use.add_argument("--params-dir", default="params", type=Path)
     use.set_defaults(handler=preset_use)
     listing = preset_sub.add_parser("list", help="list the presets")

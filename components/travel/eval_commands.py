@@ -1,7 +1,7 @@
-"""`star evaluate`: score a plans file against its queries in official and/or strict mode.
+r"""`star evaluate`: score a plans file against its queries in official and/or strict mode.
 
     star evaluate --world data/world --queries data/queries/val.jsonl --plans plans.jsonl --mode both \
-        --out metrics/eval.json
+        --out eval.json
 
 writes `{"n": N, "strict": {...}, "official": {...}}` to --out and one line per query (every check with its
 reason) to `<out stem>.plans.jsonl` beside it, and prints the six metrics side by side.
