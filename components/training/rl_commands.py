@@ -1,4 +1,5 @@
-"""`star rl`: reinforcement learning (GRPO / Dr.GRPO / DAPO / ARPO) from the SFT checkpoint in the travel sandbox.
+"""`star rl`: reinforcement learning (GRPO / Dr.GRPO / DAPO / ARPO / AEPO) from the SFT checkpoint, in the travel
+sandbox (`rl.env.kind: travel`, the default) or on Tool-Star's tasks (`rl.env.kind: toolstar`).
 Heavy libraries (torch, transformers, mlflow) are imported inside the handler, so that `star --help` stays fast."""
 from __future__ import annotations
 
@@ -13,11 +14,25 @@ REGISTERED_NAME = "star-rl"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `star rl` to the CLI."""
-    parser = subparsers.add_parser("rl", help="RL with multi-turn rollouts and the STAR rewards (resumable)")
+    parser = subparsers.add_parser(
+        "rl", help="RL with multi-turn rollouts and the STAR rewards, or on Tool-Star tasks (resumable)",
+        description="RL with multi-turn rollouts (resumable). rl.env.kind in --params picks the environment: travel "
+                    "(the default: --world and --queries, the strict evaluator and the STAR reward kinds) or "
+                    "toolstar (--queries is a Tool-Star task file such as data/toolstar/sft.jsonl, --qa the folder "
+                    "of the search tool's corpus.jsonl, --toolstar-params the retriever, sandbox, tool-call limit "
+                    "and answer metric; Tool-Star's reward: -1 format error, the answer's score, +0.1 for both "
+                    "tools).")
     parser.add_argument("--params", default="params/rl.yaml", type=Path)
     parser.add_argument("--model", default="models/sft", type=Path, help="checkpoint to start from (the SFT model)")
-    parser.add_argument("--world", default="data/world", type=Path)
-    parser.add_argument("--queries", default="data/queries/rl.jsonl", type=Path)
+    parser.add_argument("--world", default="data/world", type=Path, help="the travel world (rl.env.kind travel)")
+    parser.add_argument("--queries", default="data/queries/rl.jsonl", type=Path,
+                        help="the records RL draws: travel queries, or Tool-Star tasks with rl.env.kind toolstar "
+                             "(e.g. data/toolstar/sft.jsonl)")
+    parser.add_argument("--qa", default="data/qa", type=Path,
+                        help="rl.env.kind toolstar: the QA stage's folder, whose corpus.jsonl the search tool reads")
+    parser.add_argument("--toolstar-params", default="params/toolstar.yaml", type=Path,
+                        help="rl.env.kind toolstar: the `toolstar` section (retriever, sandbox, max_tool_calls, "
+                             "reward_metric)")
     parser.add_argument("--eval-queries", default="data/queries/val.jsonl", type=Path,
                         help="held-out queries decoded greedily during training when rl.eval.every is set")
     parser.add_argument("--out", default="models/rl", type=Path, help="where the final Hugging Face checkpoint goes")
@@ -39,9 +54,10 @@ def rl(args: argparse.Namespace) -> int:
     params = load_section(args.params, "rl", RLParams)
     paths = RLPaths(model=args.model, world=args.world, queries=args.queries, out=args.out,
                     checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots,
-                    eval_queries=args.eval_queries)
+                    eval_queries=args.eval_queries, qa=args.qa, toolstar_params=args.toolstar_params)
     with tracking.stage_run("rl", params=params, tags={"star.base_model": str(args.model),
-                                                       "star.rl.algorithm": params.algorithm}) as run:
+                                                       "star.rl.algorithm": params.algorithm,
+                                                       "star.rl.env": params.env.kind}) as run:
         summary = train(params, paths, log=run.log_metrics, tag=run.set_tags, run_id=run.run_id)
         run.log_metrics({f"summary.{k}": v for k, v in summary.items()
                          if isinstance(v, (int, float)) and not isinstance(v, bool)})

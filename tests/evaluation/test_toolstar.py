@@ -13,7 +13,7 @@ from components.evaluation.toolstar_data import imitable, split_tasks
 from components.evaluation.toolstar_params import ToolStarParams
 from components.evaluation.toolstar_rollout import run_toolstar, summarize
 from components.params import load_section
-from components.toolstar.sandbox import SandboxParams, isolation_problem
+from components.toolstar.sandbox import SandboxParams
 from components.toolstar.tasks import Task, TaskError, read_tasks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,14 +21,6 @@ SMALL_TOOLSTAR = {"toolstar": {
     "tasks": {"sft": {"multi_hop": 4, "compute": 2}, "val": {"multi_hop": 2, "compute": 2}},
     "eval": {"limits": {"max_turns": 2, "max_tokens_per_turn": 8}, "decoding": {"batch_size": 4}},
 }}
-
-
-@pytest.fixture
-def bubblewrap() -> None:
-    """The teach and eval stages run model code in the real sandbox: skipped, with the reason, where it cannot run."""
-    problem = isolation_problem(SandboxParams())
-    if problem:
-        pytest.skip(f"bubblewrap cannot run here: {problem}")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,9 @@ Backends: transformers (`HFPolicy`, CPU and small GPU runs; the engine samples w
 so no weight sync is needed) or vLLM on a GPU (`components.agent.vllm_backend.VLLMPolicy` on a colocated engine, weights
 pushed after every update by `weight_sync.VLLMWeightSync`).
 Token-in/token-out: ids are never re-derived from the rendered chat.
+
+What an episode is, how it is evaluated and which large objects its copies share come from the task source
+(`components/training/rl/sources.py`): the travel environment by default, or Tool-Star's.
 """
 from __future__ import annotations
 
@@ -27,8 +30,7 @@ from components.agent.types import TurnResult
 from components.agent.vllm_backend import VLLMPolicy  # imports vllm itself only when an engine is built
 from components.training.rl.arpo import TurnInfo, segment_entropy
 from components.training.rl.optim import require_gpu_extra
-from components.training.rl.rewards import strict_evaluation
-from components.travel.env import TravelEnv
+from components.training.rl.sources import TaskSource, TravelSource, default_env_factory  # noqa: F401 (re-export)
 
 
 def turn_entropies(result: TurnResult) -> list[float]:
@@ -52,16 +54,18 @@ class BranchableEpisode:
     meta: dict = field(default_factory=dict)
 
 
-def copy_running(state: loop.EpisodeState, world) -> loop.EpisodeState:
-    """A deep copy of a running episode that shares the (immutable, large) world instead of copying it."""
-    return copy.deepcopy(state, memo={id(world): world})
+def copy_running(state: loop.EpisodeState, *shared) -> loop.EpisodeState:
+    """A deep copy of a running episode that shares the (immutable, large) `shared` objects (the world, a
+    retriever, a sandbox) instead of copying them."""
+    return copy.deepcopy(state, memo={id(obj): obj for obj in shared})
 
 
 class RolloutEngine:
-    """Multi-turn rollouts of RL queries in the travel environment with one policy backend."""
+    """Multi-turn rollouts of RL queries with one policy backend, in the environment of a task source (`source`;
+    default: the travel environment over `world`, with `env_factory` making its episodes' environments)."""
 
     def __init__(self, policy, tokenizer, world, limits: loop.Limits, failure_rate: float = 0.0, seed: int = 0,
-                 entropy_tokens: int = 20, env_factory=None):
+                 entropy_tokens: int = 20, env_factory=None, source: TaskSource | None = None):
         self.policy = policy
         self.tokenizer = tokenizer
         self.world = world
@@ -69,10 +73,10 @@ class RolloutEngine:
         self.failure_rate = failure_rate
         self.seed = seed
         self.entropy_tokens = entropy_tokens
-        self.env_factory = env_factory or default_env_factory
+        self.source = source or TravelSource(world, env_factory=env_factory or default_env_factory)
         self.step = 0
         self._counter = 0
-        self.evaluation_seconds = 0.0  # time spent in the strict evaluator (the reward share of rollout time)
+        self.evaluation_seconds = 0.0  # time spent in the evaluator (the reward share of rollout time)
 
     # ---- episodes ------------------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:
@@ -87,15 +91,16 @@ class RolloutEngine:
         """A fresh episode of `query` with its own environment seed."""
         self._counter += 1
         env_seed = (self.seed * 1_000_003 + self.step * 10_007 + self._counter) % (2**31)
-        env = self.env_factory(self.world, query, self.failure_rate, env_seed)
-        return loop.Episode(idx=query.idx, env=env, meta={"level": query.level, "query": query},
-                            episode_id=f"s{self.step}-q{query.idx}-e{self._counter}")
+        episode = self.source.episode(query, self.failure_rate, env_seed)
+        episode.episode_id = f"s{self.step}-q{self.source.key(query)}-e{self._counter}"
+        return episode
 
     def evaluate(self, episode: loop.Episode, record: dict) -> dict:
-        """The loop's evaluate callback: the strict evaluation (the reward reads it from the record)."""
+        """The loop's evaluate callback: the source's evaluation (travel: the strict evaluation; the reward reads it
+        from the record)."""
         start = time.perf_counter()
         try:
-            return strict_evaluation(self.world, episode.meta["query"], record)
+            return self.source.evaluate(episode, record)
         finally:
             self.evaluation_seconds += time.perf_counter() - start
 
@@ -131,7 +136,7 @@ class RolloutEngine:
         for i, result in zip(live, results):
             ep = episodes[i]
             after_tool = ep.state.after_tool_response()
-            ep.branch_point = copy_running(ep.state, self.world) if after_tool else None
+            ep.branch_point = copy_running(ep.state, *self.source.shared) if after_tool else None
             reason = loop.advance_episode(ep.state, result, self.limits, self.tokenizer)
             if reason is not None:
                 ep.record = self.finish(ep.state, reason)
@@ -144,16 +149,11 @@ class RolloutEngine:
         if episode.branch_point is None:
             raise ValueError("branch() needs an episode whose last turn followed a tool response")
         episode.branches += 1
-        state = copy_running(episode.branch_point, self.world)
+        state = copy_running(episode.branch_point, *self.source.shared)
         state.episode = copy.copy(state.episode)
         state.episode.episode_id = f"{episode.state.episode.episode_id}.b{episode.branches}"
         state.record["branch_of"] = episode.state.episode.episode_id
         return BranchableEpisode(state=state)
-
-
-def default_env_factory(world, query, failure_rate: float, seed: int):
-    """The travel episode of docs/contracts.md."""
-    return TravelEnv(world, query, failure_rate=failure_rate, seed=seed)
 
 
 # ---- backends ------------------------------------------------------------------------------------------------

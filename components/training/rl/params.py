@@ -108,7 +108,13 @@ class RolloutParams(LimitsParams, DecoderParams):
 
 
 class EnvParams(Params):
-    failure_rate: float = Field(0.0, ge=0, le=1)  # injected tool failures (environment-stability ablation)
+    """The environment RL rolls out in (components/training/rl/sources.py)."""
+
+    # travel: TravelPlanner queries (--world, --queries), the strict evaluator and the STAR reward kinds;
+    # toolstar: Tool-Star tasks (--queries is the task file, --qa the corpus, --toolstar-params the retriever and
+    # sandbox) and Tool-Star's reward (rl.reward is travel's and is not read)
+    kind: Literal["travel", "toolstar"] = "travel"
+    failure_rate: float = Field(0.0, ge=0, le=1)  # injected tool failures (environment-stability ablation; travel)
 
 
 class EvalParams(Params):
@@ -205,6 +211,21 @@ class RLParams(Params):
             raise ValueError("aepo.enabled needs arpo.enabled: AEPO's rollout is ARPO's branching tree (algorithm: "
                              "aepo turns both on)")
         return self
+
+    @model_validator(mode="after")
+    def _toolstar_knobs(self) -> "RLParams":
+        if self.env.kind == "toolstar" and self.env.failure_rate > 0:
+            raise ValueError("env.failure_rate injects travel tool failures; it must be 0 with env.kind: toolstar")
+        if self.env.kind == "toolstar" and self.eval.every is not None:
+            raise ValueError("eval.every (greedy held-out evaluation during training) runs the travel validation; "
+                             "set eval.every: null with env.kind: toolstar (score checkpoints with "
+                             "`star toolstar eval`)")
+        return self
+
+    @property
+    def reward_kind(self) -> str:
+        """The reward a run trains on: the STAR kind (travel) or "toolstar"."""
+        return self.reward.kind if self.env.kind == "travel" else "toolstar"
 
     @property
     def group_size(self) -> int:

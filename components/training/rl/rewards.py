@@ -3,7 +3,8 @@
 One evaluator serves filtering, rewards and validation: the loop's `evaluate` callback stores the strict
 evaluation in the trajectory record (`record["evaluation"]["strict"]`), and the reward is computed from that record
 by `components.travel.rewards.reward` (SUM / MACRO / SUCCESS / CURRICULUM, or the format reward for a trajectory with
-no parseable plan or a protocol failure).
+no parseable plan or a protocol failure). A Tool-Star rollout (`rl.env.kind: toolstar`) is scored by
+`components.evaluation.toolstar_rollout.score_episode` instead, and `toolstar_reward` reads that evaluation.
 """
 from __future__ import annotations
 
@@ -63,13 +64,43 @@ def trajectory_reward(record: dict, params: RLParams, progress: float) -> Trajec
         curriculum_boundaries=tuple(params.reward.curriculum_boundaries), format_reward=params.reward.format_reward,
         protocol_failure=record.get("termination") in PROTOCOL_FAILURES,
     )
-    shaping = 0.0
-    if params.overlong.enabled:
-        shaping = params.overlong.coefficient * overlong_penalty(
-            sampled_length(record), params.overlong.max_tokens, params.overlong.cache_tokens)
+    shaping = overlong_shaping(record, params)
     comps = {name: float(getattr(breakdown, name)) for name in COMPONENTS}
     return TrajectoryReward(total=breakdown.reward + shaping, task=breakdown.reward, overlong=shaping,
                             kind=breakdown.kind, components=comps, format_applied=breakdown.format_applied)
+
+
+def overlong_shaping(record: dict, params: RLParams) -> float:
+    """DAPO's overlong shaping term of a rollout (0 when `overlong` is off)."""
+    if not params.overlong.enabled:
+        return 0.0
+    return params.overlong.coefficient * overlong_penalty(
+        sampled_length(record), params.overlong.max_tokens, params.overlong.cache_tokens)
+
+
+def toolstar_reward(record: dict, params: RLParams) -> TrajectoryReward:
+    """The reward of a finished Tool-Star rollout: Tool-Star's (its `evaluation`, from `score_episode`: -1 for a
+    format error, else the answer's score plus the multi-tool bonus) plus DAPO's overlong shaping. Components:
+    `success` (a correct answer), `score`, `bonus`, `em`, `f1`."""
+    evaluation = record.get("evaluation") or {}
+    if "reward" not in evaluation:
+        raise ValueError(f"rollout {record.get('idx', '?')} has no Tool-Star evaluation (score_episode)")
+    task = float(evaluation["reward"])
+    shaping = overlong_shaping(record, params)
+    comps = {"success": float(evaluation["correct"]), "score": float(evaluation["score"]),
+             "bonus": float(evaluation["bonus"]), "em": float(evaluation["em"]), "f1": float(evaluation["f1"])}
+    return TrajectoryReward(total=task + shaping, task=task, overlong=shaping, kind="toolstar", components=comps,
+                            format_applied=not evaluation["format_ok"])
+
+
+def toolstar_check_rates(records: Sequence[dict]) -> dict[str, float]:
+    """Shares of Tool-Star rollouts that kept the format, answered, answered correctly, and used both tools."""
+    n = max(len(records), 1)
+    evaluations = [r.get("evaluation") or {} for r in records]
+    return {"format_ok": sum(bool(e.get("format_ok")) for e in evaluations) / n,
+            "answered": sum(r.get("termination") == "answer" for r in records) / n,
+            "correct": sum(bool(e.get("correct")) for e in evaluations) / n,
+            "multi_tool": sum(e.get("bonus", 0.0) > 0 for e in evaluations) / n}
 
 
 def check_pass_rates(records: Sequence[dict]) -> dict[str, float]:

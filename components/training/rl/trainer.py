@@ -6,7 +6,8 @@ Per step:
   2. roll out G trajectories per query through the shared agent loop (ARPO: entropy-guided branching; AEPO: the
      same tree with entropy pre-monitoring and a consecutive-branch penalty; DAPO: dynamic sampling until the batch
      holds informative groups);
-  3. score each trajectory with the strict evaluator and the STAR reward (kind from params; progress = step/total);
+  3. score each trajectory with the strict evaluator and the STAR reward (kind from params; progress = step/total),
+     or, with `rl.env.kind: toolstar`, with Tool-Star's reward (the task source, components/training/rl/sources.py);
   4. group-relative advantages;
   5. PPO-style update(s) with gradient accumulation, grad clipping and the LR schedule; push weights to the engine;
   6. append a row to plots/rl/rewards.csv, checkpoint every k steps, then log every metric to MLflow (after the
@@ -46,6 +47,13 @@ from components.training.rl.engine import RolloutEngine, build_policy, greedy_po
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
 from components.training.rl.rewards import TrajectoryReward, check_pass_rates, trajectory_reward
+from components.training.rl.sources import (
+    TRAVEL_REWARD_COLUMNS,
+    TaskSource,
+    ToolStarSource,
+    TravelSource,
+    load_toolstar_source,
+)
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
 from components.training.rl.weight_sync import NoWeightSync, VLLMWeightSync, build_weight_sync
 from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS
@@ -55,8 +63,7 @@ from components.travel.world import World
 if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
-                  "success", "format_error_rate"]
+REWARD_COLUMNS = TRAVEL_REWARD_COLUMNS  # rewards.csv of a travel run (a task source names its own)
 EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass"]
 LogFn = Callable[[dict, int], None]
 TagFn = Callable[[dict], None]
@@ -75,6 +82,8 @@ class RLPaths:
     metrics: Path
     plots: Path
     eval_queries: Path | None = None  # held-out queries for `rl.eval` (the validation queries)
+    qa: Path | None = None  # rl.env.kind toolstar: the QA stage's folder (the search tool's corpus.jsonl)
+    toolstar_params: Path | None = None  # rl.env.kind toolstar: params/toolstar.yaml (retriever, sandbox, reward)
 
     @property
     def rewards_csv(self) -> Path:
@@ -146,28 +155,24 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
     return out
 
 
-def csv_row(step: int, metrics: dict[str, float]) -> dict[str, float]:
-    """The plots/rl/rewards.csv row of a step."""
-    row = {"step": step, "reward": metrics.get("reward/mean", 0.0), "reward_std": metrics.get("reward/std", 0.0),
-           "task_reward": metrics.get("reward/task_reward", 0.0),
-           "format_error_rate": metrics.get("reward/format_error_rate", 0.0)}
-    for name in ("cs_micro", "hard_micro", "cs_macro", "hard_macro", "success"):
-        row[name] = metrics.get(f"reward/{name}", 0.0)
-    return {k: row[k] for k in REWARD_COLUMNS}
+def csv_row(step: int, metrics: dict[str, float], columns: list[str] = REWARD_COLUMNS) -> dict[str, float]:
+    """The plots/rl/rewards.csv row of a step: `columns` (the task source's) from the step's `reward/*` metrics."""
+    row = {"step": step, "reward": metrics.get("reward/mean", 0.0), "reward_std": metrics.get("reward/std", 0.0)}
+    return {k: row[k] if k in row else metrics.get(f"reward/{k}", 0.0) for k in columns}
 
 
-def write_rewards_csv(path: Path, rows: list[dict]) -> None:
+def write_rewards_csv(path: Path, rows: list[dict], columns: list[str] = REWARD_COLUMNS) -> None:
     """Rewrite the reward curve from the history (the rows of the checkpoint a run resumed from)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=REWARD_COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 
 
 def append_rewards_csv(path: Path, row: dict) -> None:
     with path.open("a", newline="") as handle:
-        csv.DictWriter(handle, fieldnames=REWARD_COLUMNS).writerow(row)
+        csv.DictWriter(handle, fieldnames=list(row)).writerow(row)
         handle.flush()
 
 
@@ -228,8 +233,10 @@ def write_eval_csv(path: Path, rows: list[dict]) -> None:
 
 # ---- rollouts ------------------------------------------------------------------------------------------------
 
-def score_groups(groups: list[list[dict]], params: RLParams, progress: float) -> list[list[Scored]]:
-    return [[Scored(r, trajectory_reward(r, params, progress)) for r in group] for group in groups]
+def score_groups(groups: list[list[dict]], params: RLParams, progress: float,
+                 reward: Callable[[dict, RLParams, float], TrajectoryReward] = trajectory_reward) -> list[list[Scored]]:
+    """Each rollout with its reward (`reward`: the task source's; travel's STAR reward by default)."""
+    return [[Scored(r, reward(r, params, progress)) for r in group] for group in groups]
 
 
 def branching_groups(engine: RolloutEngine, queries: list[Query], params: RLParams, rng: random.Random) -> ArpoGroups:
@@ -251,14 +258,15 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
     if params.arpo.enabled:
         result = branching_groups(engine, queries, params, rng)
         records = [[ep.record for ep in group] for group in result.groups]
-        batch.groups = score_groups(records, params, progress)
+        batch.groups = score_groups(records, params, progress, engine.source.reward)
         batch.extra.update({**result.stats.as_metrics(), **result.extra})
     elif params.dynamic_sampling.enabled:
         pending = [list(queries)]
 
         def sample(n: int) -> list[list[Scored]]:
             chosen = pending.pop() if pending else next_queries(n)
-            groups = score_groups(engine.groups(chosen[:n], params.num_generations), params, progress)
+            groups = score_groups(engine.groups(chosen[:n], params.num_generations), params, progress,
+                                  engine.source.reward)
             batch.sampled.extend(groups)
             return groups
 
@@ -268,7 +276,8 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
         batch.extra.update({"dapo/rounds": result.rounds, "dapo/sampled_groups": result.sampled_groups,
                             "dapo/dropped_groups": result.dropped_groups, "dapo/kept_groups": len(result.groups)})
     else:
-        batch.groups = score_groups(engine.groups(queries, params.num_generations), params, progress)
+        batch.groups = score_groups(engine.groups(queries, params.num_generations), params, progress,
+                                    engine.source.reward)
     if not params.dynamic_sampling.enabled:
         batch.sampled = batch.groups
     batch.rollout_seconds = time.perf_counter() - start
@@ -291,6 +300,18 @@ def load_world_and_queries(paths: RLPaths, max_queries: int | None = None) -> tu
     return World.load(paths.world), queries
 
 
+def load_task_source(params: RLParams, paths: RLPaths) -> TaskSource:
+    """The run's task source (`rl.env.kind`) holding the records it draws: the world and RL queries (travel), or
+    the Tool-Star tasks of `paths.queries` with their search tool and sandbox (toolstar)."""
+    if params.env.kind == "toolstar":
+        if paths.qa is None or paths.toolstar_params is None:
+            raise UserError("rl.env.kind is toolstar: pass --qa (the search tool's corpus folder, data/qa) and "
+                            "--toolstar-params (params/toolstar.yaml)")
+        return load_toolstar_source(paths.toolstar_params, paths.qa, paths.queries, params.max_queries)
+    world, queries = load_world_and_queries(paths, params.max_queries)
+    return TravelSource(world, queries)
+
+
 @dataclass
 class Parts:
     """What the loop works with, built once per run (from the newest checkpoint when resuming)."""
@@ -304,10 +325,11 @@ class Parts:
     pad_id: int
 
 
-def build_parts(params: RLParams, paths: RLPaths, world: World, source: Path, total_steps: int,
-                device: str) -> Parts:
+def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: Path, total_steps: int,
+                device: str, tasks: TaskSource | None = None) -> Parts:
     """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser,
-    the rollout policy and engine, and the weight sync between them."""
+    the rollout policy and engine (in the environment of `tasks`; default: travel over `world`), and the weight sync
+    between them."""
     model = load_policy_model(source, dtype=params.dtype, device=device)
     tokenizer = load_tokenizer(source)
     if params.distributed.gradient_checkpointing:
@@ -320,7 +342,7 @@ def build_parts(params: RLParams, paths: RLPaths, world: World, source: Path, to
     policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, params.seed, device)
     limits = params.rollout.to_limits()
     engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=params.seed,
-                           entropy_tokens=params.arpo.entropy_tokens)
+                           entropy_tokens=params.arpo.entropy_tokens, source=tasks)
     config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
                           loss_type=params.loss_type, max_completion_length=params.max_completion_length,
                           num_iterations=params.num_iterations, mini_batch_size=params.mini_batch_size,
@@ -337,7 +359,7 @@ def build_parts(params: RLParams, paths: RLPaths, world: World, source: Path, to
 class TrainingRun:
     """What `train` carries from step to step: the data, the parts, where it resumed and the curves so far."""
 
-    queries: list[Query]
+    queries: list  # the task source's records (travel: Query; toolstar: Task)
     held_out: list[Query] | None  # the queries of `rl.eval` (None: off)
     total_steps: int
     fingerprint: dict[str, str]  # the inputs' hashes that every checkpoint of the run records
@@ -350,7 +372,7 @@ class TrainingRun:
     started: float  # time.perf_counter() when the run started (rl.max_minutes counts from it)
     totals: dict[str, float] = field(default_factory=lambda: dict.fromkeys(THROUGHPUT_TOTALS, 0.0))
 
-    def next_queries(self, n: int) -> list[Query]:
+    def next_queries(self, n: int) -> list:
         """The next `n` queries of the data cursor."""
         return [self.queries[i] for i in self.cursor.next_batch(n)]
 
@@ -358,10 +380,17 @@ class TrainingRun:
         return max_minutes is not None and time.perf_counter() - self.started > max_minutes * 60
 
 
-def input_fingerprint(params: RLParams, paths: RLPaths, with_eval_queries: bool) -> dict[str, str]:
+def input_fingerprint(params: RLParams, paths: RLPaths, with_eval_queries: bool,
+                      tasks: TaskSource | None = None) -> dict[str, str]:
     """What a run trains from, hashed: the params, the input model, the world, the RL queries and (with `rl.eval`)
-    the held-out queries. A run resumes only from a checkpoint with the same fingerprint."""
-    return ckpt.fingerprint(params.model_dump(mode="json"), {
+    the held-out queries; a Tool-Star run: the params with the toolstar settings its episodes depend on, the model,
+    the task file and the search corpus. A run resumes only from a checkpoint with the same fingerprint."""
+    dump = params.model_dump(mode="json")
+    if isinstance(tasks, ToolStarSource):
+        return ckpt.fingerprint({**dump, "toolstar": tasks.settings}, {
+            "model": paths.model, "tasks": paths.queries, "corpus": tasks.corpus})
+    dump["env"].pop("kind")  # a travel run hashes as before env.kind existed, so its checkpoints still resume
+    return ckpt.fingerprint(dump, {
         "model": paths.model, "world": paths.world, "queries": paths.queries,
         "eval_queries": paths.eval_queries if with_eval_queries else None})
 
@@ -371,14 +400,16 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     it (weights, optimizer, RNG, data cursor, curves) and tag the tracking run with the run it continues. Rewrites
     both curves' files from the history it starts with."""
     started = time.perf_counter()
-    world, queries = load_world_and_queries(paths, params.max_queries)
+    tasks = load_task_source(params, paths)
+    queries = tasks.items
     held_out = load_eval_queries(params, paths)
     total_steps = params.total_steps(len(queries))
     seed_everything(params.seed)
     ckpt.remove_partial(paths.checkpoints)
-    inputs = input_fingerprint(params, paths, with_eval_queries=bool(held_out))
+    inputs = input_fingerprint(params, paths, with_eval_queries=bool(held_out), tasks=tasks)
     resume_dir, state = resumable_checkpoint(paths.checkpoints, inputs)
-    parts = build_parts(params, paths, world, resume_dir or paths.model, total_steps, resolve_device(params.device))
+    parts = build_parts(params, paths, getattr(tasks, "world", None), resume_dir or paths.model, total_steps,
+                        resolve_device(params.device), tasks=tasks)
     if resume_dir is not None:
         parts.optimizer.load(resume_dir)
         ckpt.restore_checkpoint_rng(resume_dir)
@@ -389,7 +420,8 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
         cursor=QueryCursor.from_state(state.cursor, len(queries), params.seed), resumed_from=state.step,
         run_id=run_id or state.extra.get(RUN_ID_KEY),  # an untracked part links the next one to the last tracked one
         history=list(state.history), eval_history=list(state.extra.get("eval_history", [])), started=started)
-    write_rewards_csv(paths.rewards_csv, run.history)  # `dvc repro` deleted it; the checkpoint's rows come back
+    write_rewards_csv(paths.rewards_csv, run.history, tasks.reward_columns)  # `dvc repro` deleted it; the
+    # checkpoint's rows come back
     write_eval_csv(paths.eval_csv, run.eval_history)  # header only when rl.eval is off: DVC expects the file
     return run
 
@@ -447,7 +479,8 @@ def reference_logprobs(parts: Parts, rollouts: list[Rollout]) -> list[list[float
                          parts.update_config.temperature, overwrite=False)
 
 
-def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int) -> dict[str, float]:
+def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int,
+                 checks: Callable[[list[dict]], dict[str, float]] = check_pass_rates) -> dict[str, float]:
     """Every metric logged per step: rewards over every sampled trajectory (DAPO's dropped groups included),
     episodes, check pass rates, the update's statistics, times, throughput and batch sizes."""
     everything = [s for group in batch.sampled for s in group]
@@ -455,7 +488,7 @@ def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], train
     sampled = sum(sum(r.get("response_mask") or []) for r in records)
     return {
         **reward_metrics(everything), **episode_metrics(records), **batch.extra,
-        **{f"checks/{k}": v for k, v in check_pass_rates(records).items()},
+        **{f"checks/{k}": v for k, v in checks(records).items()},
         **{f"policy/{k}": v for k, v in stats.items()},
         **{f"time/{k}_s": v for k, v in seconds.items()},
         "throughput/rollout_tokens_per_s": sampled / max(batch.rollout_seconds, 1e-9),
@@ -468,7 +501,7 @@ def record_step(run: TrainingRun, paths: RLPaths, step: int, metrics: dict[str, 
                 rollout_seconds: float) -> dict:
     """Add the step's row to the reward curve (the history and rewards.csv) and its tokens and seconds to the
     throughput totals; return the row."""
-    row = csv_row(step, metrics)
+    row = csv_row(step, metrics, run.parts.engine.source.reward_columns)
     run.history.append(row)
     append_rewards_csv(paths.rewards_csv, row)
     run.totals["rollout_tokens"] += metrics["batch/sampled_tokens"]
@@ -537,7 +570,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         seconds = {"rollout": batch.rollout_seconds - engine.evaluation_seconds,  # the evaluator's share is reward
                    "reward": advantage_seconds + engine.evaluation_seconds, "update": update_seconds,
                    "step": time.perf_counter() - step_start}
-        metrics = {**step_metrics(batch, stats, seconds, len(scored)),
+        metrics = {**step_metrics(batch, stats, seconds, len(scored), engine.source.checks),
                    "progress/epoch": run.cursor.epoch, "progress/fraction": progress}
         row = record_step(run, paths, step, metrics, batch.rollout_seconds)
         bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
@@ -562,7 +595,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
     """Save the final model and write metrics/rl.json; return its summary."""
     save_hf(run.parts.optimizer.unwrap(), run.parts.tokenizer, paths.out, stage="rl", steps=run.total_steps,
-            algorithm=params.algorithm, reward=params.reward.kind)
+            algorithm=params.algorithm, reward=params.reward_kind)
     summary = summarize(run.history, run.total_steps, run.resumed_from, run.totals,
                         time.perf_counter() - run.started, params)
     if run.eval_history:
@@ -618,7 +651,7 @@ def summarize(history: list[dict], total_steps: int, resumed_from: int, totals: 
     tail = history[-max(1, len(history) // 5):] if history else []
     return {
         "algorithm": params.algorithm,
-        "reward_kind": params.reward.kind,
+        "reward_kind": params.reward_kind,
         "steps": total_steps,
         "steps_completed": len(history),  # fewer than `steps` when rl.max_minutes stopped the run
         "resumed_from_step": resumed_from,
