@@ -282,12 +282,31 @@ def segments(command: str) -> list[list[str]]:
     return [part for part in parts if part]
 
 
+class MessageCollector(logging.Handler):
+    """Writes each record's bare message to `stream`: no formatter or terminal state that a test or DVC's own logging
+    set-up may have changed can make the error line disappear."""
+
+    def __init__(self, stream: io.StringIO):
+        super().__init__()
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format string
+            message = str(record.msg)
+        self.stream.write(message + "\n")
+
+
 def parse_error(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     """None when `argv` parses (or is a --help request), else argparse's error line."""
     out, err = io.StringIO(), io.StringIO()
-    # DVC's parser logs its error through the `dvc` logger's handlers (bound to the terminal), then raises
-    dvc_log, logged = logging.getLogger("dvc"), logging.StreamHandler(err)
-    handlers, dvc_log.handlers = dvc_log.handlers, [logged]
+    # DVC's parser logs its error through the `dvc` logger's handlers (bound to the terminal), then raises; the
+    # record is kept from the root logger's handlers too (a handler another library left there may be broken and
+    # would print its own traceback into this capture)
+    dvc_log = logging.getLogger("dvc")
+    handlers, propagate = dvc_log.handlers, dvc_log.propagate
+    dvc_log.handlers, dvc_log.propagate = [MessageCollector(err)], False
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             parser.parse_args(argv)
@@ -298,7 +317,7 @@ def parse_error(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
     except Exception as exc:
         return error_line(err.getvalue()) or f"{type(exc).__name__}: {exc}"
     finally:
-        dvc_log.handlers = handlers
+        dvc_log.handlers, dvc_log.propagate = handlers, propagate
     return None
 
 

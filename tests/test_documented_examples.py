@@ -3,6 +3,8 @@ scripts/check_examples.py, parses with the real parsers, and, on a smoke-reprodu
 from __future__ import annotations
 
 import importlib.util
+import io
+import logging
 import os
 import shutil
 import subprocess
@@ -82,6 +84,17 @@ def test_a_bad_command_or_override_is_reported(parsers):
     [problem] = parsers.problems("dvc exp run -S params/rl.yaml:rl=1")
     assert "section" in problem
     assert parsers.problems("star rollout --help") == []  # a help request parses
+
+
+def test_a_broken_root_log_handler_does_not_hide_dvcs_parser_error(parsers):
+    closed = io.StringIO()
+    closed.close()
+    broken = logging.StreamHandler(closed)  # what a library can leave on the root logger after its stream closed
+    logging.getLogger().addHandler(broken)
+    try:
+        assert "invalid choice" in parsers.problems("dvc exp rnu")[0]
+    finally:
+        logging.getLogger().removeHandler(broken)
 
 
 def test_shell_lines_split_into_commands():
