@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from components.cli import main
 from components.evaluation.toolstar_data import imitable, split_tasks
 from components.evaluation.toolstar_params import ToolStarParams
 from components.evaluation.toolstar_rollout import run_toolstar, summarize
+from components.orchestration.presets import apply_preset
 from components.params import load_section
 from components.toolstar.sandbox import SandboxParams
 from components.toolstar.tasks import Task, TaskError, read_tasks
@@ -50,8 +52,10 @@ def task(i: int, kind: str = "compute") -> Task:
 
 # --- params and pure pieces -------------------------------------------------------------------------------------
 
-def test_the_committed_params_are_valid_and_small_enough_for_the_tiny_preset():
-    params = load_section(REPO / "params" / "toolstar.yaml", "toolstar", ToolStarParams)
+def test_the_committed_params_are_valid_and_small_enough_for_the_tiny_preset(tmp_path):
+    shutil.copytree(REPO / "params", tmp_path / "params")  # whichever preset the checkout has active, tiny's values
+    apply_preset("tiny", tmp_path / "params")
+    params = load_section(tmp_path / "params" / "toolstar.yaml", "toolstar", ToolStarParams)
     assert params.tasks.sft.total == 100 and params.tasks.val.total == 20
     assert params.max_tool_calls == 3 and params.sandbox.isolation == "bubblewrap" and params.retriever.top_k == 1
     assert params.eval.decoding.temperature == 0.0  # greedy: a reproducible evaluation
