@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from components.travel import evaluator
+from components.travel import checks, evaluator
 from components.travel.importer import read_database
 from components.travel.plans import parse_plan
 from components.travel.queries import load_queries
@@ -138,7 +138,7 @@ def main() -> None:
         assert ours.to_dict() == base.to_dict(), f"verdicts differ on query {query.idx}"
 
     def clear_cache():
-        evaluator._LOOKUPS.clear()
+        checks._LOOKUPS.clear()
 
     results = {
         "baseline pandas (official)": throughput(

@@ -234,7 +234,7 @@ def test_name_matches_are_cached_beside_the_world_not_on_it(world):
 
 def test_repeated_places_lists_every_naming_after_the_first_in_day_order():
     """What the strict restaurants and attractions checks fail on: a place named again, in any case."""
-    from components.travel.evaluator import RepeatedPlace, repeated_places
+    from components.travel.strict_checks import RepeatedPlace, repeated_places
 
     def day(n, breakfast="-", lunch="-", dinner="-", attraction="-"):
         return {"days": n, "current_city": "Brimo", "transportation": "-", "breakfast": breakfast,
