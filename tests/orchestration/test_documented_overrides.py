@@ -1,12 +1,25 @@
 """Every `params/<file>.yaml:<key>=<value>` override shown to users (README, docs, dvc.yaml comments, --help texts)
 names a key that exists, so the example runs as written."""
-import re
+import importlib.util
+import sys
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[2]
-OVERRIDE = re.compile(r"params/([\w.-]+)\.yaml:([\w.]+)=([\w.-]+)")
+
+
+def load_checker():
+    """scripts/check_examples.py, whose override check (the same one the documented-examples runner uses) this reuses."""
+    if "check_examples" in sys.modules:
+        return sys.modules["check_examples"]
+    spec = importlib.util.spec_from_file_location("check_examples", REPO / "scripts" / "check_examples.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["check_examples"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+check_examples = load_checker()
+OVERRIDE = check_examples.OVERRIDE
 
 
 def documented_overrides() -> list[tuple[str, str, str, str]]:
@@ -24,15 +37,6 @@ def test_the_documentation_shows_overrides():
 
 
 def test_every_documented_override_names_an_existing_key():
-    missing = []
-    for source, family, key, _ in documented_overrides():
-        node = yaml.safe_load((REPO / "params" / f"{family}.yaml").read_text())
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                missing.append(f"{source}: params/{family}.yaml has no key {key}")
-                break
-            node = node[part]
-        else:
-            if isinstance(node, dict):
-                missing.append(f"{source}: {key} in params/{family}.yaml is a section, not a value")
+    missing = [f"{source}: {problem}" for source, family, key, value in documented_overrides()
+               for problem in check_examples.override_problems(f"params/{family}.yaml:{key}={value}", REPO)]
     assert not missing, "\n".join(missing)
