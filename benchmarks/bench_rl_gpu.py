@@ -25,6 +25,7 @@ import copy
 import datetime
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
@@ -202,6 +203,12 @@ def main() -> None:
             sys.exit(f"{path} does not exist: build the tiny preset's SFT checkpoint first (`dvc repro sft`)")
     if "deepspeed" in args.optimizers and importlib.util.find_spec("deepspeed") is None:
         sys.exit("--optimizers deepspeed needs the deepspeed package (pip install 'star-pipeline[gpu]')")
+    if "deepspeed" in args.optimizers:  # DeepSpeed trains in a launcher's world: run this script under torchrun
+        from components.training import launch
+
+        command = launch.launch_command(sys.argv[1:], os.environ, 1, target=[__file__])
+        if command is not None:
+            sys.exit(launch.run(command, "bench_rl_gpu"))
 
     from components.models.loading import resolve_device
 

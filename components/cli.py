@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = [str(arg) for arg in (sys.argv[1:] if argv is None else argv)]  # to start it again (a launcher)
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

@@ -14,6 +14,9 @@ logged component means, and prints
 
 `--steps` adds the per-step table (both rewards, their difference, both format-error rates).
 
+`--kind logged` compares the reward column the runs logged, as it is: the only choice for a Tool-Star run
+(`rl.env.kind: toolstar`, whose curve has no travel components), and for runs whose reward kinds are the same.
+
 Rescoring is exact because every reward kind is linear in the per-episode components and undelivered episodes score
 the format reward with all components 0: a step's mean reward = the weighted mean of its component means +
 format_reward x format_error_rate.
@@ -32,10 +35,16 @@ from pathlib import Path
 
 KIND_COMPONENTS = {"sum": ("cs_micro", "hard_micro", "cs_macro", "hard_macro", "success"),
                    "macro": ("cs_macro", "hard_macro", "success"), "success": ("success",)}
-REQUIRED = ("step", "format_error_rate", *KIND_COMPONENTS["sum"])
+LOGGED = "logged"  # the curve's own `reward` column (any environment)
+KINDS = (*sorted(KIND_COMPONENTS), LOGGED)
 
 
-def read_curve(path: Path) -> list[dict[str, float]]:
+def required_columns(kind: str) -> tuple[str, ...]:
+    """The columns a curve needs to be scored with `kind`."""
+    return ("step", "format_error_rate", *(("reward",) if kind == LOGGED else KIND_COMPONENTS[kind]))
+
+
+def read_curve(path: Path, kind: str = "sum") -> list[dict[str, float]]:
     """The rows of a run's rewards.csv as floats, in step order; a clear error when it is not one."""
     if not path.is_file():
         raise SystemExit(f"{path}: no such file (the RL stage writes it as <plots>/rewards.csv)")
@@ -43,18 +52,23 @@ def read_curve(path: Path) -> list[dict[str, float]]:
         rows = list(csv.DictReader(handle))
     if not rows:
         raise SystemExit(f"{path}: no steps in it")
-    missing = [name for name in REQUIRED if name not in rows[0]]
+    required = required_columns(kind)
+    missing = [name for name in required if name not in rows[0]]
     if missing:
-        raise SystemExit(f"{path}: columns {missing} are missing; is it an RL stage's plots/rl/rewards.csv?")
+        hint = " (a Tool-Star run's curve: use --kind logged)" if kind != LOGGED and "reward" in rows[0] else ""
+        raise SystemExit(f"{path}: columns {missing} are missing; is it an RL stage's plots/rl/rewards.csv?{hint}")
     try:
-        curve = [{key: float(value) for key, value in row.items() if key in REQUIRED} for row in rows]
+        curve = [{key: float(value) for key, value in row.items() if key in required} for row in rows]
     except ValueError as error:
         raise SystemExit(f"{path}: a value is not a number ({error})") from None
     return sorted(curve, key=lambda row: row["step"])
 
 
 def step_reward(row: dict[str, float], kind: str, format_reward: float = 0.0) -> float:
-    """A step's mean reward of `kind` (equal weights) from its component means and format-error rate."""
+    """A step's mean reward of `kind` (equal weights) from its component means and format-error rate; `logged`: the
+    reward the run logged."""
+    if kind == LOGGED:
+        return row["reward"]
     names = KIND_COMPONENTS[kind]
     return statistics.fmean(row[name] for name in names) + format_reward * row["format_error_rate"]
 
@@ -130,12 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="the trained run's plots/rl/rewards.csv")
     parser.add_argument("control", type=Path, help="the control's plots/rl/rewards.csv (same seed, frozen weights)")
-    parser.add_argument("--kind", choices=sorted(KIND_COMPONENTS), default="sum", help="rescore both with it")
+    parser.add_argument("--kind", choices=KINDS, default="sum",
+                        help="rescore both with it (logged: compare the logged reward as it is)")
     parser.add_argument("--format-reward", type=float, default=0.0, help="rl.reward.format_reward of the runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the result here")
     parser.add_argument("--steps", action="store_true", help="also print the per-step table")
     args = parser.parse_args(argv)
-    result = compare(read_curve(args.run), read_curve(args.control), args.kind, args.format_reward)
+    result = compare(read_curve(args.run, args.kind), read_curve(args.control, args.kind), args.kind,
+                     args.format_reward)
     print(report(result, per_step=args.steps))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

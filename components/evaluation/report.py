@@ -1,9 +1,11 @@
 """The report stage: read every run's metrics and write a Markdown + HTML summary with PNG figures.
 
-Inputs (whatever exists): `metrics/validate/<checkpoint>.json`, `metrics/ood_qa/<checkpoint>.json`, the stage
-summaries `metrics/*.json`, and `plots/rl/rewards.csv`. Tables: base/SFT/RL in domain (both evaluator modes) and
-out of domain, the alignment tax next to the in-domain gain; figures: reward curves, per-check pass rates, and the
-in-domain vs out-of-domain scatter.
+Inputs (whatever exists): `metrics/validate/<checkpoint>.json`, `metrics/ood_qa/<checkpoint>.json`,
+`metrics/toolstar/<checkpoint>.json`, the stage summaries `metrics/*.json`, and `plots/rl/rewards.csv`. Tables:
+base/SFT/RL in domain (both evaluator modes) and out of domain, the alignment tax next to the in-domain gain, the
+Tool-Star branch's tool-integrated reasoning per checkpoint and task kind or dataset (only when metrics/toolstar
+exists; also `toolstar.csv`); figures: reward curves, per-check pass rates, and the in-domain vs out-of-domain
+scatter.
 """
 from __future__ import annotations
 
@@ -154,6 +156,65 @@ def rl_eval_table(rows: list[dict]) -> Table:
                  note="rl.eval in params/rl.yaml; logging only, no checkpoint is chosen by it")
 
 
+TOOLSTAR_COLUMNS = [  # (CSV column, Markdown header, how a value is read from a metrics group)
+    ("n", "n", lambda m: m.get("n")),
+    ("accuracy", "accuracy", lambda m: m.get("accuracy")),
+    ("em", "EM", lambda m: m.get("em")),
+    ("f1", "F1", lambda m: m.get("f1")),
+    ("mean_reward", "mean reward", lambda m: m.get("mean_reward")),
+    ("search_per_episode", "search / episode", lambda m: (m.get("tool_calls") or {}).get("search")),
+    ("python_per_episode", "python / episode", lambda m: (m.get("tool_calls") or {}).get("python")),
+    ("code_errors", "code errors", lambda m: m.get("code_errors")),
+    ("sandbox_kills", "sandbox kills", lambda m: m.get("sandbox_kills")),
+    ("format_errors", "format errors", lambda m: m.get("format_errors")),
+]
+_TOOLSTAR_FORMATS = {"accuracy": "pct", "em": "pct", "f1": "pct", "mean_reward": "{:.3f}",
+                     "search_per_episode": "{:.2f}", "python_per_episode": "{:.2f}"}
+
+
+def toolstar_groups(metrics: dict) -> list[tuple[str, dict]]:
+    """(label, metrics) rows of one `star toolstar eval` metrics file: every task, then each task kind, then each
+    dataset, where a breakdown has more than one group (a single one would repeat the first row); a file of one
+    kind (and one dataset) is one row labelled by them, e.g. "gsm8k / math"."""
+    kinds = metrics.get("by_kind") or {}
+    datasets = metrics.get("by_dataset") or {}
+    if len(kinds) <= 1 and len(datasets) <= 1:
+        return [(" / ".join([*datasets, *kinds]) or "all", metrics)]
+    rows = [("all", metrics)]
+    if len(kinds) > 1:
+        rows += sorted(kinds.items())
+    if len(datasets) > 1:
+        rows += sorted(datasets.items())
+    return rows
+
+
+def toolstar_rows(toolstar: dict[str, dict], order: list[str]) -> list[dict]:
+    """One row per checkpoint and group (`toolstar_groups`): the raw numbers, as `toolstar.csv` holds them."""
+    return [{"checkpoint": name, "tasks": label, **{key: read(group) for key, _, read in TOOLSTAR_COLUMNS}}
+            for name in order if name in toolstar for label, group in toolstar_groups(toolstar[name])]
+
+
+def _toolstar_cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    style = _TOOLSTAR_FORMATS.get(key)
+    if style == "pct":
+        return pct(value)
+    return style.format(float(value)) if style else str(value)
+
+
+def toolstar_table(rows: list[dict]) -> Table:
+    """Tool-Star's tool-integrated reasoning per checkpoint and task kind or dataset (`toolstar_rows`)."""
+    return Table("Tool-Star: tool-integrated reasoning (search + python)",
+                 ["checkpoint", "tasks", *[label for _, label, _ in TOOLSTAR_COLUMNS]],
+                 [[row["checkpoint"], row["tasks"], *[_toolstar_cell(key, row[key]) for key, _, _ in TOOLSTAR_COLUMNS]]
+                  for row in rows],
+                 note="accuracy: the boxed answer is right (math_verify for math tasks, token F1 = 1 for QA, exact "
+                      "numbers for generated ones); EM/F1 against the golden answers; mean reward: Tool-Star's (-1 "
+                      "format error, 0 wrong, the score, +0.1 with both tools); tool calls are per episode, errors, "
+                      "kills and format errors totals over the n episodes.")
+
+
 def _float(value) -> float | None:
     try:
         return float(value)
@@ -247,12 +308,13 @@ def write_csv(rows: list[dict], path: Path) -> Path:
 
 def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | Path, params: ReportParams) -> dict:
     """Read the metrics, draw the figures into `out_dir`, write `report.md`, `report.html` and the figures' data
-    (`per_check.csv`, `alignment.csv`, for `dvc plots`); return the written paths (`{"markdown", "html",
-    "figures": [...], "tables": [...]}`)."""
+    (`per_check.csv`, `alignment.csv`, for `dvc plots`), and `toolstar.csv` when metrics/toolstar holds metrics;
+    return the written paths (`{"markdown", "html", "figures": [...], "tables": [...]}`)."""
     metrics_dir, plots_dir, out_dir = Path(metrics_dir), Path(plots_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     validate = read_json_dir(metrics_dir / "validate")
     ood = with_alignment_tax(read_json_dir(metrics_dir / "ood_qa"))
+    toolstar = read_json_dir(metrics_dir / "toolstar")
     stages = read_json_dir(metrics_dir)
     rewards = read_csv_rows(plots_dir / "rl" / "rewards.csv")
     evaluations = read_csv_rows(plots_dir / "rl" / "eval.csv")
@@ -264,6 +326,9 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
         report.tables.append(in_domain_table(validate, order, mode))
     report.tables.append(ood_table(ood, order))
     report.tables.append(tax_table(points, ood, params.mode))
+    toolstar_table_rows = toolstar_rows(toolstar, order_checkpoints(toolstar, params.checkpoint_order))
+    if toolstar_table_rows:
+        report.tables.append(toolstar_table(toolstar_table_rows))
     report.tables.append(stage_summary_table(stages))
     if evaluations:
         report.tables.append(rl_eval_table(evaluations))
@@ -287,8 +352,10 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
                for name, rates in per_check.items() for check, rate in rates.items()], out_dir / "per_check.csv")
     write_csv([{"checkpoint": p["label"], "in_domain_final_pass": p["in_domain"], "ood_em": p["ood"]}
                for p in points], out_dir / "alignment.csv")
+    tables = [out_dir / "per_check.csv", out_dir / "alignment.csv"]
+    if toolstar_table_rows:
+        tables.append(write_csv(toolstar_table_rows, out_dir / "toolstar.csv"))
     (out_dir / "report.md").write_text(render_markdown(report))
     (out_dir / "report.html").write_text(render_html(report))
     return {"markdown": out_dir / "report.md", "html": out_dir / "report.html",
-            "figures": [out_dir / name for _, name in report.figures],
-            "tables": [out_dir / "per_check.csv", out_dir / "alignment.csv"]}
+            "figures": [out_dir / name for _, name in report.figures], "tables": tables}

@@ -2,6 +2,8 @@
 toolstar_eval@{base,sft}; the toolstar_sft stage between them is `star sft --section toolstar_sft`).
 
     star toolstar tasks --params params/toolstar.yaml --qa data/qa --out data/toolstar
+    star toolstar tasks --dataset gsm8k [--split test] [--limit 200] [--dataset-path DIR] \\
+        [--out data/toolstar/datasets]                  # an evaluation dataset's tasks: OUT/gsm8k.jsonl
     star toolstar teach --params params/toolstar.yaml --qa data/qa --tasks data/toolstar/sft.jsonl \\
         --out data/toolstar/sft_records
     star toolstar eval --params params/toolstar.yaml --model models/toolstar_sft --name sft --qa data/qa \\
@@ -26,11 +28,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     toolstar = subparsers.add_parser("toolstar", help="the Tool-Star branch: search + python tasks, SFT data, eval")
     sub = toolstar.add_subparsers(dest="toolstar_command", metavar="TOOLSTAR_COMMAND")
 
-    tasks = sub.add_parser("tasks", help="draw the SFT and validation task sets (disjoint) from the QA corpus")
+    tasks = sub.add_parser("tasks", help="draw the SFT and validation task sets (disjoint) from the QA corpus, "
+                                         "or (--dataset) read an evaluation dataset's tasks")
     tasks.add_argument("--params", default=DEFAULT_PARAMS, help="file with a `toolstar:` section")
     tasks.add_argument("--qa", default="data/qa", type=Path, help="directory written by `star qa build`")
-    tasks.add_argument("--out", default="data/toolstar", type=Path, help="folder for sft.jsonl and val.jsonl")
-    tasks.add_argument("--metrics", default="metrics/toolstar_tasks.json", type=Path, help="stage summary JSON")
+    tasks.add_argument("--out", type=Path, help="folder for sft.jsonl and val.jsonl (default data/toolstar); with "
+                                                "--dataset, for <name>.jsonl (default data/toolstar/datasets)")
+    tasks.add_argument("--metrics", type=Path, help="stage summary JSON (default metrics/toolstar_tasks.json; "
+                                                    "with --dataset, none unless given)")
+    data = tasks.add_argument_group("evaluation datasets (components/evaluation/toolstar_datasets.py)")
+    data.add_argument("--dataset", help="gsm8k | math500 | hotpotqa | 2wikimultihopqa | musique | bamboogle: its "
+                                        "tasks (kind math or qa) from the Hugging Face Hub or --dataset-path")
+    data.add_argument("--split", help="the split to read (default: the one Tool-Star evaluates on)")
+    data.add_argument("--limit", type=int, help="only the first N rows")
+    data.add_argument("--dataset-path", type=Path,
+                      help="a local copy instead of the Hub: a save_to_disk folder, a clone of the dataset "
+                           "repository, or a .json/.jsonl/.parquet/.csv file with the Hub's columns")
     tasks.set_defaults(handler=run_tasks)
 
     teach = sub.add_parser("teach", help="the expert's solved episodes as SFT records: OUT/{train,eval}.jsonl")
@@ -68,19 +81,47 @@ def _rates(metrics: dict) -> str:
 
 
 def run_tasks(args: argparse.Namespace) -> int:
-    """The toolstar_tasks stage."""
+    """The toolstar_tasks stage, or (--dataset) an evaluation dataset's tasks."""
+    from components.errors import UserError
+
+    if args.dataset is not None:
+        return run_dataset_tasks(args)
+    given = [flag for flag, value in (("--split", args.split), ("--limit", args.limit),
+                                      ("--dataset-path", args.dataset_path)) if value is not None]
+    if given:
+        raise UserError(f"{', '.join(given)}: only with --dataset NAME")
     from components import tracking
     from components.evaluation.commands import write_json
     from components.evaluation.toolstar_data import build_tasks
 
+    out = args.out or Path("data/toolstar")
+    metrics_path = args.metrics or Path("metrics/toolstar_tasks.json")
     params = _params(args.params)
     with tracking.stage_run("toolstar_tasks", params=params) as run:
-        metrics = build_tasks(params, args.qa, args.out)
-        write_json(metrics, args.metrics)
+        metrics = build_tasks(params, args.qa, out)
+        write_json(metrics, metrics_path)
         run.log_metrics(metrics)
-        run.log_artifact(args.metrics)
-    print(f"wrote {args.out}/sft.jsonl ({metrics['sft']['n']} tasks) and {args.out}/val.jsonl "
-          f"({metrics['val']['n']} tasks); metrics in {args.metrics}")
+        run.log_artifact(metrics_path)
+    print(f"wrote {out}/sft.jsonl ({metrics['sft']['n']} tasks) and {out}/val.jsonl "
+          f"({metrics['val']['n']} tasks); metrics in {metrics_path}")
+    return 0
+
+
+def run_dataset_tasks(args: argparse.Namespace) -> int:
+    """`star toolstar tasks --dataset NAME`: the dataset's tasks in OUT/<name>.jsonl (no MLflow run: a data import,
+    not a pipeline stage)."""
+    from components.evaluation.commands import write_json
+    from components.evaluation.toolstar_datasets import dataset_tasks, task_file_name
+    from components.toolstar.tasks import write_tasks
+
+    tasks, summary = dataset_tasks(args.dataset, split=args.split, limit=args.limit, path=args.dataset_path)
+    path = (args.out or Path("data/toolstar/datasets")) / task_file_name(args.dataset, args.split)
+    write_tasks(path, tasks)
+    if args.metrics:
+        write_json(summary, args.metrics)
+    skipped = f", {summary['skipped']} rows without a question or an answer skipped" if summary["skipped"] else ""
+    print(f"wrote {path}: {summary['n']} {summary['kind']} tasks from {summary['dataset']} split {summary['split']} "
+          f"({'the Hugging Face Hub' if summary['source'] == 'hub' else summary['source']}){skipped}")
     return 0
 
 

@@ -58,7 +58,9 @@ class ToolStarParams(Params):
     seed: int = 0  # the task draw and the SFT records' train/eval split
     tasks: TaskSplits = TaskSplits()
     max_tool_calls: int = Field(3, ge=0)  # per episode, searches and programs together (Tool-Star's rollout: 3)
-    reward_metric: Metric = "auto"  # components/toolstar/reward.py: auto (numeric for number answers, else F1)
+    # components/toolstar/reward.py: auto = numeric for number answers, else F1; a dataset's math task math_verify
+    # ("math"), its QA task F1 (reward.task_metric); f1 | em | numeric | math score every task the same way
+    reward_metric: Metric = "auto"
     retriever: RetrieverParams = RetrieverParams(top_k=1)  # the search tool (the QA stage's retriever types)
     sandbox: SandboxParams = SandboxParams()  # how model-written Python runs
     teach: TeachParams = TeachParams()

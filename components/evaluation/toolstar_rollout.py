@@ -7,10 +7,11 @@
 One episode per task (`ToolStarEnv` over the QA stage's retriever and the bubblewrap sandbox); when it ends,
 `score_episode` gives the record its `evaluation`: Tool-Star's reward (`components/toolstar/reward.py`,
 `trajectory_reward`) and its parts, whether the boxed answer is correct by the reward's metric (`correct`: the
-answer scores 1, the format aside, so a model that answers after a refused call still counts), EM and token F1
-(SQuAD normalisation, the OOD QA stage's), and the environment's counts (`stats`: tool calls by tool, code errors,
-sandbox kills, format errors, refused calls). The expert's SFT data (`toolstar_data.teach`) and the checkpoint
-evaluation share all of it.
+answer scores 1, the format aside, so a model that answers after a refused call still counts; the metric follows
+the task's kind, `reward.task_metric`: math_verify for a dataset's math task, token F1 for its QA task), EM and
+token F1 against every golden answer (SQuAD normalisation, the OOD QA stage's), and the environment's counts
+(`stats`: tool calls by tool, code errors, sandbox kills, format errors, refused calls). The expert's SFT data
+(`toolstar_data.teach`) and the checkpoint evaluation share all of it.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from components.evaluation.policy import load_checkpoint_policy
 from components.evaluation.qa.scoring import exact_match, f1_score
 from components.evaluation.toolstar_params import ToolStarParams
 from components.toolstar.env import ToolStarEnv
-from components.toolstar.reward import Metric, answer_score, trajectory_reward
+from components.toolstar.reward import Metric, answer_score, task_metric, trajectory_reward
 from components.toolstar.sandbox import Sandbox
 from components.toolstar.tasks import Task, read_tasks
 
@@ -42,13 +43,15 @@ def toolstar_episodes(tasks: Sequence[Task], retriever, sandbox, max_tool_calls:
 
 
 def score_episode(metric: Metric = "auto") -> Evaluate:
-    """The loop's `evaluate` callback: the reward breakdown, `correct`, `em`, `f1` and the environment's `stats`."""
+    """The loop's `evaluate` callback: the reward breakdown, `correct`, `em`, `f1` and the environment's `stats`.
+    `metric` is the params' `reward_metric`; each task is scored by `task_metric(task.kind, metric)`."""
     def evaluate(episode: Episode, record: dict) -> dict:
-        golden = episode.meta["task"].answer
+        task = episode.meta["task"]
+        golden, scored_by = task.golden, task_metric(task.kind, metric)
         answer = record.get("answer")
-        return {**trajectory_reward(record, golden, metric).to_dict(),
-                "correct": answer_score(answer, golden, metric) >= 1.0,
-                "em": exact_match(answer, [golden]), "f1": f1_score(answer, [golden]),
+        return {**trajectory_reward(record, golden, scored_by).to_dict(),
+                "correct": answer_score(answer, golden, scored_by) >= 1.0,
+                "em": exact_match(answer, golden), "f1": f1_score(answer, golden),
                 "stats": copy.deepcopy(episode.env.stats)}
 
     return evaluate
@@ -57,13 +60,16 @@ def score_episode(metric: Metric = "auto") -> Evaluate:
 def run_toolstar(tasks: Sequence[Task], retriever, sandbox, policy, params: ToolStarParams, limits: Limits,
                  tokenizer=None, progress: bool = True) -> list[dict]:
     """Every task through `run_episodes` with `policy`; each record gets the task's `id`, `kind`, `template`,
-    `question`, `golden_answer` and the `evaluation` of `score_episode`."""
+    `question`, `golden_answer` (and, for a dataset's task, `golden_answers` and `dataset`) and the `evaluation` of
+    `score_episode`."""
     records = run_episodes(toolstar_episodes(tasks, retriever, sandbox, params.max_tool_calls), policy,
                            limits=limits, tokenizer=tokenizer, evaluate=score_episode(params.reward_metric),
                            progress=progress)
     for task, record in zip(tasks, records):
         record.update({"id": task.id, "kind": task.kind, "template": task.template, "question": task.question,
                        "golden_answer": task.answer})
+        if task.dataset:
+            record.update({"dataset": task.dataset, "golden_answers": task.golden})
     return records
 
 
@@ -96,10 +102,17 @@ def summarize_group(records: list[dict]) -> dict:
 
 
 def summarize(records: list[dict]) -> dict:
-    """`summarize_group` over every record, plus `by_kind` (multi_hop_arithmetic, compute): the same per kind."""
+    """`summarize_group` over every record, plus `by_kind` (multi_hop_arithmetic, compute, math, qa): the same per
+    kind, and, when records come from evaluation datasets, `by_dataset` (gsm8k, hotpotqa, ...): the same per
+    dataset (a record without one, a generated task's, is in no dataset group)."""
     kinds = sorted({r["kind"] for r in records})
-    return {**summarize_group(records),
-            "by_kind": {kind: summarize_group([r for r in records if r["kind"] == kind]) for kind in kinds}}
+    metrics = {**summarize_group(records),
+               "by_kind": {kind: summarize_group([r for r in records if r["kind"] == kind]) for kind in kinds}}
+    datasets = sorted({r["dataset"] for r in records if r.get("dataset")})
+    if datasets:
+        metrics["by_dataset"] = {name: summarize_group([r for r in records if r.get("dataset") == name])
+                                 for name in datasets}
+    return metrics
 
 
 # --- a checkpoint -----------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from components.params import ACTIVE_PRESET_FILE, ParamsError, load_section, par
 
 MISSING = object()  # a key the params file did not have
 FAMILIES = ("world", "queries", "teacher", "filter", "model", "sft", "rl", "validate", "ood_qa", "report", "toolstar",
-            "toolstar_sft")
+            "toolstar_sft", "toolstar_rl")
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,7 @@ PARAMS_MODELS = {
     "report": "components.evaluation.report:ReportParams",
     "toolstar": "components.evaluation.toolstar_params:ToolStarParams",
     "toolstar_sft": "components.training.sft_params:SFTParams",  # star sft --section toolstar_sft
+    "toolstar_rl": "components.training.rl.params:RLParams",  # star rl --section toolstar_rl
 }
 
 

@@ -26,6 +26,13 @@ Where this differs, each a choice the caller makes:
   exactly (`1,234` = `1234` = `1234.0`, `\\frac{3}{4}` = `0.75`; F1 would strip a minus sign and a decimal point
   as punctuation), falling back to normalised string equality; "auto" (the default) is "numeric" when every golden
   answer is a number, else "f1". Every generated task has an integer answer, so "auto" grades them numerically.
+- `metric` "math": math_verify (`math_verify.parse` / `verify`, Hugging Face's checker, what Tool-Star's
+  `re_search_math.py` uses) decides whether the boxed answer and a golden answer are the same mathematical object
+  (`\\frac{1}{2}` = `0.5`, `\\sqrt{2}/2` = `\\frac{\\sqrt{2}}{2}`, `x=3` = `3`); where it cannot read one of the
+  two as maths, normalised string equality decides. math_verify (and sympy under it) is imported on the first
+  "math" score only, so this module stays free of heavy imports.
+- the task's kind (`task_metric`): with "auto", a dataset's `math` task is scored by "math" and a `qa` task by
+  "f1" (Tool-Star's, also for a number answer such as a year); the generated kinds keep "auto".
 - `calls`: the bonus is decided by the tools the environment actually ran (the episode's `stats["tool_calls"]`, or
   the trajectory record's tool turns), so a call refused at the tool-call limit earns nothing; without `calls` it
   is Tool-Star's text test.
@@ -38,7 +45,10 @@ response fails the format check (-1), as in Tool-Star, where that call ends the 
 from __future__ import annotations
 
 import re
+import signal
 import string
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +57,7 @@ from typing import Any, Literal
 
 from components.toolstar.protocol import last_boxed
 
-Metric = Literal["auto", "f1", "em", "numeric"]
+Metric = Literal["auto", "f1", "em", "numeric", "math"]
 FORMAT_PENALTY = -1.0
 MULTI_TOOL_BONUS = 0.1
 BONUS_TOOLS = frozenset({"search", "python"})
@@ -193,6 +203,67 @@ def numeric_score(prediction: str, golden: Sequence[str]) -> float:
     return 0.0
 
 
+MATH_VERIFY_TIMEOUT_S = 5  # math_verify's own limit per parse and per comparison (signal.alarm: main thread only)
+
+
+def _math_parse(text: str) -> list:
+    """math_verify's reading of a bare answer: as LaTeX (wrapped in `$…$`, as its extraction expects), else as a
+    plain expression; [] when it reads neither."""
+    from math_verify import parse
+
+    timeout = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+    for form in (f"${text}$", text):
+        parsed = parse(form, parsing_timeout=timeout)
+        if parsed:
+            return parsed
+    return []
+
+
+def _keeping_outer_timer(function):
+    """Run `function()` so that an interval timer (SIGALRM) already running, such as pytest-timeout's, survives
+    math_verify's `signal.alarm` (which cancels it): the timer is set again with its remaining time."""
+    if threading.current_thread() is not threading.main_thread():
+        return function()
+    remaining, interval = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
+    try:
+        return function()
+    finally:
+        if remaining > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(remaining - (time.monotonic() - started), 0.001), interval)
+
+
+def math_score(prediction: str, golden: Sequence[str]) -> float:
+    """1.0 when math_verify finds the prediction equal to a golden answer (or, where it cannot read one of the two
+    as maths, they are the same text after normalisation and without spaces), else 0.0."""
+    try:
+        from math_verify import verify
+    except ImportError as exc:  # a dependency of the project; a broken install should say what to do
+        raise ImportError("scoring math answers needs math-verify: pip install 'math-verify==0.9.0'") from exc
+
+    def score() -> float:
+        predicted = _math_parse(prediction)
+        timeout = MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+        for gold in golden:
+            expected = _math_parse(gold)
+            if predicted and expected:
+                if verify(expected, predicted, timeout_seconds=timeout):
+                    return 1.0
+            elif normalize_answer(prediction).replace(" ", "") == normalize_answer(gold).replace(" ", ""):
+                return 1.0
+        return 0.0
+
+    return _keeping_outer_timer(score)
+
+
+def task_metric(kind: str, metric: Metric = "auto") -> Metric:
+    """The metric a task of `kind` is scored by: with "auto", "math" for a dataset's math task and "f1" for a
+    dataset's QA task; otherwise `metric` itself (a generated task's "auto" stays "auto")."""
+    if metric != "auto":
+        return metric
+    return {"math": "math", "qa": "f1"}.get(kind, "auto")
+
+
 def answer_score(prediction: str | None, golden: str | Sequence[str], metric: Metric = "auto") -> float:
     """The correctness of `prediction` in [0, 1] by `metric` (see the module docstring); 0 without a prediction."""
     golden = [golden] if isinstance(golden, str) else list(golden)
@@ -206,7 +277,9 @@ def answer_score(prediction: str | None, golden: str | Sequence[str], metric: Me
         return float(any(normalize_answer(prediction) == normalize_answer(gold) for gold in golden))
     if metric == "numeric":
         return numeric_score(prediction, golden)
-    raise ValueError(f"unknown metric {metric!r}: one of auto, f1, em, numeric")
+    if metric == "math":
+        return math_score(prediction, golden)
+    raise ValueError(f"unknown metric {metric!r}: one of auto, f1, em, numeric, math")
 
 
 # ---- the reward -------------------------------------------------------------------------------------------------

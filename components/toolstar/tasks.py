@@ -25,6 +25,17 @@ The task file is JSONL, one task a line (`write_tasks`, `read_tasks`):
 
 `answer` is a string (an integer written in decimal for every template here); `facts` lists, in the order a solver
 needs them, the facts the question depends on (empty for `compute` tasks); `template` names the question template.
+
+Tasks from evaluation datasets (`components/evaluation/toolstar_datasets.py`: GSM8K, MATH-500, HotpotQA, ...) use the
+same record with two more kinds and two optional keys, written only when set (so a generated task file is
+unchanged):
+
+    {"id": "gsm8k-00000", "kind": "math" | "qa", "template": "", "question": "...", "answer": "18",
+     "answers": ["18"], "dataset": "gsm8k", "facts": []}
+
+`answers`: every accepted golden answer (`answer` is the first of them; QA sets list aliases); `dataset`: the
+dataset's name. `Task.golden` is the list a scorer compares against. A `math` answer is checked with math_verify, a
+`qa` answer with Tool-Star's token F1 (`reward.task_metric`).
 """
 from __future__ import annotations
 
@@ -40,7 +51,7 @@ from typing import Any, Literal, get_args
 from components.errors import UserError
 from components.jsonl import iter_jsonl
 
-Kind = Literal["multi_hop_arithmetic", "compute"]
+Kind = Literal["multi_hop_arithmetic", "compute", "math", "qa"]
 KINDS: tuple[str, ...] = get_args(Kind)
 ENTITY_KINDS = ("town", "organisation", "person")
 
@@ -79,7 +90,8 @@ class Fact:
 
 @dataclass(frozen=True)
 class Task:
-    """One question with its exact answer (a string), its kind and the facts it needs."""
+    """One question with its exact answer (a string), its kind and the facts it needs; a dataset's task also has
+    every accepted answer (`answers`) and the dataset's name."""
 
     id: str
     question: str
@@ -87,11 +99,23 @@ class Task:
     kind: Kind
     template: str = ""
     facts: tuple[Fact, ...] = ()
+    answers: tuple[str, ...] = ()  # every accepted answer, `answer` first (empty: `answer` alone)
+    dataset: str = ""  # the evaluation dataset the task comes from ("" for a generated task)
+
+    @property
+    def golden(self) -> list[str]:
+        """The answers a prediction is scored against."""
+        return list(self.answers) if self.answers else [self.answer]
 
     def to_dict(self) -> dict:
-        """The JSONL record (the schema in the module docstring)."""
-        return {"id": self.id, "kind": self.kind, "template": self.template, "question": self.question,
-                "answer": self.answer, "facts": [asdict(fact) for fact in self.facts]}
+        """The JSONL record (the schema in the module docstring); `answers` and `dataset` only when set."""
+        record = {"id": self.id, "kind": self.kind, "template": self.template, "question": self.question,
+                  "answer": self.answer}
+        if self.answers:
+            record["answers"] = list(self.answers)
+        if self.dataset:
+            record["dataset"] = self.dataset
+        return {**record, "facts": [asdict(fact) for fact in self.facts]}
 
     @classmethod
     def from_dict(cls, record: Any) -> Task:
@@ -110,9 +134,18 @@ class Task:
         if not isinstance(facts, list) or not all(
                 isinstance(f, dict) and set(f) == {"subject", "relation", "value"} for f in facts):
             raise ValueError("'facts' must be a list of {\"subject\", \"relation\", \"value\"} objects")
+        answers = record.get("answers") or []
+        if not isinstance(answers, list) or not all(isinstance(a, str) and a.strip() for a in answers):
+            raise ValueError("'answers' must be a list of non-empty strings")
+        if answers and record["answer"] not in answers:
+            raise ValueError(f"'answer' {record['answer']!r:.60} must be one of 'answers'")
+        dataset = record.get("dataset") or ""
+        if not isinstance(dataset, str):
+            raise ValueError(f"'dataset' must be a string (got {dataset!r:.60})")
         return cls(id=record["id"], question=record["question"], answer=record["answer"], kind=record["kind"],
                    template=str(record.get("template") or ""),
-                   facts=tuple(Fact(str(f["subject"]), str(f["relation"]), str(f["value"])) for f in facts))
+                   facts=tuple(Fact(str(f["subject"]), str(f["relation"]), str(f["value"])) for f in facts),
+                   answers=tuple(answers), dataset=dataset)
 
 
 # ---- reading facts out of passages ----------------------------------------------------------------------------

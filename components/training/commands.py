@@ -14,9 +14,10 @@ from pathlib import Path
 from components.params import load_section
 from components.training.sft_params import SFTParams
 
+
 def registered_name(section: str) -> str:
-    """The model registry name of an SFT stage: `star-sft` for the `sft` section, `star-toolstar-sft` for
-    `toolstar_sft`."""
+    """The model registry name of a training stage: `star-sft` for the `sft` section, `star-toolstar-sft` for
+    `toolstar_sft`, `star-rl` and `star-toolstar-rl` likewise."""
     return "star-" + section.replace("_", "-")
 
 
@@ -36,14 +37,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def sft(args: argparse.Namespace) -> int:
-    """Run the sft stage: encode the records, train inside one MLflow child run, write checkpoint and metrics."""
+    """Run the sft stage: encode the records, train inside one MLflow child run, write checkpoint and metrics. The
+    Trainer backend runs in a torchrun world of `processes` processes (components/training/launch.py)."""
+    from components.training import launch
+
+    params = load_section(args.params, args.section, SFTParams)
+    code = launch.relaunch(args, launch.sft_processes(params, section=args.section))
+    if code is not None:  # this command ran again under torchrun: that run was the stage
+        return code
     from components import tracking
     from components.models.factory import count_parameters
     from components.models.loading import load_policy_model, load_tokenizer
     from components.training.sft import build_examples, load_records, write_loss_csv
     from components.training.sft_run import run_sft
 
-    params = load_section(args.params, args.section, SFTParams)
     train_records = load_records(args.data / "train.jsonl")
     eval_path = args.data / "eval.jsonl"
     eval_records = (load_records(eval_path) if eval_path.exists() else [])[:params.eval_records]
@@ -54,6 +61,9 @@ def sft(args: argparse.Namespace) -> int:
                                               source=str(eval_path))
     # Master weights in float32: the Trainer's bf16 autocast / DeepSpeed's bf16 mode computes in 16 bits on GPU.
     model = load_policy_model(args.model, dtype="float32")
+    if not launch.is_main_process():  # another rank of the Trainer's world: it trains; rank 0 tracks and writes
+        run_sft(model, tokenizer, train, evaluation, params, args.out, progress=False)
+        return 0
     with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model)}) as run:
         result = run_sft(model, tokenizer, train, evaluation, params, args.out, on_log=run.log_metrics,
                          manifest={"stage": args.section, "base": str(args.model),

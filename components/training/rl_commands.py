@@ -1,5 +1,9 @@
 """`star rl`: reinforcement learning (GRPO / Dr.GRPO / DAPO / ARPO / AEPO) from the SFT checkpoint, in the travel
 sandbox (`rl.env.kind: travel`, the default) or on Tool-Star's tasks (`rl.env.kind: toolstar`).
+
+One RL code path for every branch: `--section` names the params section (and with it the MLflow stage run and the
+registered model), so the Tool-Star branch's stage is `star rl --params params/toolstar_rl.yaml --section
+toolstar_rl` (stage run `toolstar_rl`, registered model `star-toolstar-rl`).
 Heavy libraries (torch, transformers, mlflow) are imported inside the handler, so that `star --help` stays fast."""
 from __future__ import annotations
 
@@ -7,9 +11,8 @@ import argparse
 from pathlib import Path
 
 from components.params import load_section
+from components.training.commands import registered_name
 from components.training.rl.params import RLParams
-
-REGISTERED_NAME = "star-rl"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "and answer metric; Tool-Star's reward: -1 format error, the answer's score, +0.1 for both "
                     "tools).")
     parser.add_argument("--params", default="params/rl.yaml", type=Path)
+    parser.add_argument("--section", default="rl",
+                        help="the params section to read, also the MLflow stage name and the registered model "
+                             "(toolstar_rl: the Tool-Star branch, params/toolstar_rl.yaml)")
     parser.add_argument("--model", default="models/sft", type=Path, help="checkpoint to start from (the SFT model)")
     parser.add_argument("--world", default="data/world", type=Path, help="the travel world (rl.env.kind travel)")
     parser.add_argument("--queries", default="data/queries/rl.jsonl", type=Path,
@@ -48,14 +54,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def rl(args: argparse.Namespace) -> int:
     """Run the rl stage inside one MLflow child run: every step's metrics, then the reward curve and the model. A run
     that resumes from a checkpoint is tagged with the run it continues (`star.resumed_from_run`)."""
+    from components.training import launch
+
+    params = load_section(args.params, args.section, RLParams)
+    code = launch.relaunch(args, launch.rl_processes(params))  # strategy deepspeed: under torchrun
+    if code is not None:  # this command ran again under torchrun: that run was the stage
+        return code
     from components import tracking
     from components.training.rl.trainer import RLPaths, train
 
-    params = load_section(args.params, "rl", RLParams)
     paths = RLPaths(model=args.model, world=args.world, queries=args.queries, out=args.out,
                     checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots,
                     eval_queries=args.eval_queries, qa=args.qa, toolstar_params=args.toolstar_params)
-    with tracking.stage_run("rl", params=params, tags={"star.base_model": str(args.model),
+    with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm,
                                                        "star.rl.env": params.env.kind}) as run:
         summary = train(params, paths, log=run.log_metrics, tag=run.set_tags, run_id=run.run_id)
@@ -65,5 +76,5 @@ def rl(args: argparse.Namespace) -> int:
         run.log_artifact(paths.rewards_csv)
         if paths.eval_csv.exists():
             run.log_artifact(paths.eval_csv)
-        run.log_model(paths.out, registered_name=None if args.no_register else REGISTERED_NAME)
+        run.log_model(paths.out, registered_name=None if args.no_register else registered_name(args.section))
     return 0

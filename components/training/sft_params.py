@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from components.params import Params
 
@@ -40,6 +40,9 @@ class SFTParams(Params):
     backend: Literal["auto", "torch", "trainer"] = Field(
         "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
 
+    processes: int = Field(
+        1, ge=1, description="training processes of the Trainer backend, one per GPU: `star sft` starts them with "
+                             "torchrun (components/training/launch.py); the torch loop trains in one")
     deepspeed: Literal["none", "zero2", "zero3"] = "none"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision (weights stay float32). GPU: auto = bf16 where supported. CPU: auto = "
@@ -49,3 +52,11 @@ class SFTParams(Params):
     gradient_checkpointing: bool = False
     cpu_threads: int | None = Field(
         None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
+
+    @model_validator(mode="after")
+    def _processes_need_the_trainer(self) -> "SFTParams":
+        if self.processes > 1 and self.backend == "torch":
+            raise ValueError(f"processes: {self.processes} needs the transformers Trainer (backend: trainer, with "
+                             "deepspeed: zero2 or zero3 to shard over the GPUs); backend: torch, the plain torch "
+                             "loop, trains in one process")
+        return self

@@ -18,7 +18,7 @@ from transformers import Trainer, TrainerCallback, TrainerState, TrainingArgumen
 
 from components.errors import UserError
 from components.training import schedule
-from components.training.distributed import single_process_defaults
+from components.training.launch import is_main_process, launched, require_launcher
 from components.training.sft import (
     OnLog,
     SFTExample,
@@ -47,10 +47,10 @@ def deepspeed_config(name: str) -> str | None:
 
 
 def deepspeed_setup(name: str) -> str | None:
-    """`deepspeed_config(name)`, with the environment of a single process set where no launcher set one."""
+    """`deepspeed_config(name)`; DeepSpeed needs a launcher's world (`star sft` starts itself under torchrun)."""
     config = deepspeed_config(name)
     if config is not None:
-        single_process_defaults()
+        require_launcher(f"sft.deepspeed: {name}")
     return config
 
 
@@ -118,6 +118,11 @@ class MaskedLossTrainer(Trainer):
         loss_sum, count = masked_loss_sum(model, inputs)
         denominator = num_items_in_batch if num_items_in_batch is not None else max(1, count)
         loss = loss_sum / denominator
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+            # The count is over every process's tokens and DDP/DeepSpeed average the gradients over the processes:
+            # scale back up by their number, as the Trainer's own compute_loss does (without this, N processes
+            # would train and log at 1/N of the loss).
+            loss = loss * (self.accelerator.num_processes if self.args.n_gpu <= 1 else self.args.n_gpu)
         return (loss, {}) if return_outputs else loss
 
 
@@ -198,5 +203,8 @@ def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list
         trainer.evaluate()
     trainer.save_model(str(out_dir))
     summary = trainer_summary(trainer.state, history, train, params, initial_eval, wall)
-    remove_trainer_files(out_dir)
+    summary["processes"] = trainer.args.world_size
+    summary["launched"] = launched()  # under torchrun / accelerate launch (star sft starts itself under torchrun)
+    if is_main_process():
+        remove_trainer_files(out_dir)
     return SFTResult(history=history, summary=summary)

@@ -23,7 +23,7 @@ def test_report_writes_tables_for_every_checkpoint_and_the_three_figures(metrics
     assert [p.name for p in written["figures"]] == ["rewards.png", "per_check.png", "alignment_tax.png"]
     for figure in written["figures"]:
         assert figure.stat().st_size > 10_000
-        assert f"![" in markdown and figure.name in markdown
+        assert "![" in markdown and figure.name in markdown
     assert written["tables"][1].read_text().splitlines() == [
         "checkpoint,in_domain_final_pass,ood_em", "base,0.0,0.42", "sft,0.18,0.35", "rl,0.27,0.31"]
     page = written["html"].read_text()
@@ -121,3 +121,79 @@ def test_every_plot_dvc_yaml_declares_on_a_report_table_names_its_columns(metric
             assert {fields["x"], fields["y"]} <= set(columns), (path, fields, columns)
             checked += 1
     assert checked == len(tables) == 2
+
+
+# --- the Tool-Star table ----------------------------------------------------------------------------------------
+
+def toolstar_group(n, accuracy, em, f1, reward, search, python, code_errors=0, kills=0, format_errors=0) -> dict:
+    """One group of a `star toolstar eval` metrics file (toolstar_rollout.summarize_group's keys)."""
+    return {"n": n, "accuracy": accuracy, "mean_reward": reward, "reward_positive_rate": accuracy,
+            "format_ok_rate": 1.0, "answer_rate": 1.0, "em": em, "f1": f1,
+            "tool_calls": {"search": search, "python": python, "total": search + python},
+            "code_errors": code_errors, "sandbox_kills": kills, "format_errors": format_errors, "refused_calls": 0,
+            "termination": {"answer": n}}
+
+
+def write_toolstar_metrics(metrics: Path) -> None:
+    """metrics/toolstar/: base and sft on the generated tasks, sft on GSM8K alone, rl on two QA datasets."""
+    (metrics / "toolstar").mkdir(parents=True)
+    files = {
+        "base": {**toolstar_group(20, 0.1, 0.05, 0.125, -0.45, 0.25, 0.5, code_errors=3, kills=1, format_errors=12),
+                 "by_kind": {"compute": toolstar_group(8, 0.25, 0.125, 0.125, 0.0, 0.0, 1.0, 2, 1, 4),
+                             "multi_hop_arithmetic": toolstar_group(12, 0.0, 0.0, 0.125, -0.75, 0.4167, 0.1667,
+                                                                    1, 0, 8)}},
+        "sft": {**toolstar_group(20, 0.85, 0.8, 0.9, 0.98, 1.2, 1.0, code_errors=1),
+                "by_kind": {"compute": toolstar_group(8, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0),
+                            "multi_hop_arithmetic": toolstar_group(12, 0.75, 0.6667, 0.8333, 0.9667, 2.0, 1.0, 1)}},
+        "sft-gsm8k": {**toolstar_group(50, 0.62, 0.58, 0.6, 0.6, 0.0, 1.34, code_errors=7, kills=2,
+                                       format_errors=3),
+                      "by_kind": {"math": toolstar_group(50, 0.62, 0.58, 0.6, 0.6, 0.0, 1.34, 7, 2, 3)},
+                      "by_dataset": {"gsm8k": toolstar_group(50, 0.62, 0.58, 0.6, 0.6, 0.0, 1.34, 7, 2, 3)}},
+        "rl": {**toolstar_group(30, 0.4, 0.3667, 0.4512, 0.4783, 1.9, 0.2),
+               "by_kind": {"qa": toolstar_group(30, 0.4, 0.3667, 0.4512, 0.4783, 1.9, 0.2)},
+               "by_dataset": {"bamboogle": toolstar_group(10, 0.5, 0.5, 0.55, 0.6, 1.8, 0.3),
+                              "hotpotqa": toolstar_group(20, 0.35, 0.3, 0.4018, 0.4175, 1.95, 0.15)}},
+    }
+    for name, data in files.items():
+        (metrics / "toolstar" / f"{name}.json").write_text(json.dumps({**data, "checkpoint": name, "model": "m"}))
+
+
+def test_the_toolstar_table_shows_each_checkpoint_by_task_kind_and_dataset(metrics_tree, tmp_path: Path):
+    metrics, plots = metrics_tree
+    write_toolstar_metrics(metrics)
+    written = build_report(metrics, plots, tmp_path / "reports", ReportParams())
+
+    markdown = written["markdown"].read_text()
+    start = markdown.index("## Tool-Star: tool-integrated reasoning (search + python)")
+    table = markdown[start:].split("\n\n")[1].splitlines()
+    assert table == [
+        "| checkpoint | tasks | n | accuracy | EM | F1 | mean reward | search / episode | python / episode | "
+        "code errors | sandbox kills | format errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| base | all | 20 | 10.0% | 5.0% | 12.5% | -0.450 | 0.25 | 0.50 | 3 | 1 | 12 |",
+        "| base | compute | 8 | 25.0% | 12.5% | 12.5% | 0.000 | 0.00 | 1.00 | 2 | 1 | 4 |",
+        "| base | multi_hop_arithmetic | 12 | 0.0% | 0.0% | 12.5% | -0.750 | 0.42 | 0.17 | 1 | 0 | 8 |",
+        "| sft | all | 20 | 85.0% | 80.0% | 90.0% | 0.980 | 1.20 | 1.00 | 1 | 0 | 0 |",
+        "| sft | compute | 8 | 100.0% | 100.0% | 100.0% | 1.000 | 0.00 | 1.00 | 0 | 0 | 0 |",
+        "| sft | multi_hop_arithmetic | 12 | 75.0% | 66.7% | 83.3% | 0.967 | 2.00 | 1.00 | 1 | 0 | 0 |",
+        "| rl | all | 30 | 40.0% | 36.7% | 45.1% | 0.478 | 1.90 | 0.20 | 0 | 0 | 0 |",
+        "| rl | bamboogle | 10 | 50.0% | 50.0% | 55.0% | 0.600 | 1.80 | 0.30 | 0 | 0 | 0 |",
+        "| rl | hotpotqa | 20 | 35.0% | 30.0% | 40.2% | 0.417 | 1.95 | 0.15 | 0 | 0 | 0 |",
+        "| sft-gsm8k | gsm8k / math | 50 | 62.0% | 58.0% | 60.0% | 0.600 | 0.00 | 1.34 | 7 | 2 | 3 |",
+    ]
+    csv_path = tmp_path / "reports" / "toolstar.csv"
+    assert csv_path in written["tables"]
+    lines = csv_path.read_text().splitlines()
+    assert lines[0] == ("checkpoint,tasks,n,accuracy,em,f1,mean_reward,search_per_episode,python_per_episode,"
+                        "code_errors,sandbox_kills,format_errors")
+    assert lines[1] == "base,all,20,0.1,0.05,0.125,-0.45,0.25,0.5,3,1,12"
+    assert lines[-1] == "sft-gsm8k,gsm8k / math,50,0.62,0.58,0.6,0.6,0.0,1.34,7,2,3"
+    assert len(lines) == 11
+    assert written["html"].read_text().count("<table>") == 6
+
+
+def test_without_toolstar_metrics_the_table_and_its_csv_are_absent(metrics_tree, tmp_path: Path):
+    metrics, plots = metrics_tree
+    written = build_report(metrics, plots, tmp_path / "reports", ReportParams())
+    assert "Tool-Star" not in written["markdown"].read_text()
+    assert not (tmp_path / "reports" / "toolstar.csv").exists() and len(written["tables"]) == 2

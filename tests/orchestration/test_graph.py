@@ -18,18 +18,21 @@ def test_the_project_graph_has_every_stage_in_dependency_order():
     assert set(names) == {"world", "queries", "trajectories", "sft_data", "qa_data", "base_model", "sft", "rl",
                           "validate@base", "validate@sft", "validate@rl", "ood_qa_base", "ood_qa@sft",
                           "ood_qa@rl", "toolstar_tasks", "toolstar_sft_data", "toolstar_sft",
-                          "toolstar_eval@base", "toolstar_eval@sft", "report"}
+                          "toolstar_rl", "toolstar_eval@base", "toolstar_eval@sft", "toolstar_eval@rl", "report"}
     for node in nodes:
         assert all(names.index(dep) < names.index(node.name) for dep in node.upstream), node
     by_name = {n.name: n for n in nodes}
     assert by_name["rl"].upstream == ("queries", "sft", "world")
     assert {n.name for n in nodes if n.gpus} == {"sft", "rl", "validate@base", "validate@sft", "validate@rl",
                                                   "ood_qa_base", "ood_qa@sft", "ood_qa@rl", "toolstar_sft",
-                                                  "toolstar_eval@base", "toolstar_eval@sft"}
+                                                  "toolstar_rl", "toolstar_eval@base", "toolstar_eval@sft",
+                                                  "toolstar_eval@rl"}
     # the Tool-Star branch: tasks from the QA corpus, the expert's records, its own SFT of the base model
     assert by_name["toolstar_tasks"].upstream == ("qa_data",)
     assert by_name["toolstar_sft"].upstream == ("base_model", "toolstar_sft_data")
     assert "toolstar_sft" in by_name["toolstar_eval@sft"].upstream
+    assert set(by_name["toolstar_rl"].upstream) == {"qa_data", "toolstar_sft", "toolstar_tasks"}
+    assert "toolstar_rl" in by_name["toolstar_eval@rl"].upstream
     assert "base_model" in by_name["toolstar_eval@base"].upstream
     assert set(by_name["report"].upstream) >= {"rl", "validate@rl", "ood_qa@rl", "queries"}
     assert "ood_qa_base" in by_name["ood_qa@sft"].upstream  # the alignment tax needs the base score first

@@ -3,6 +3,7 @@ for a right one, and 0.1 more when both tools were used."""
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from components.toolstar.reward import (
     format_problem,
     parse_number,
     response_text,
+    task_metric,
     tool_star_reward,
     trajectory_reward,
 )
@@ -88,7 +90,7 @@ def test_the_metric_is_a_choice():
     assert answer_score("Talor river", "Talor", metric="em") == 0.0
     assert answer_score("the Talor", "Talor", metric="em") == 1.0
     assert answer_score(None, "5") == 0.0
-    with pytest.raises(ValueError, match="unknown metric"):
+    with pytest.raises(ValueError, match="unknown metric.*math"):
         answer_score("5", "5", metric="bleu")
 
 
@@ -154,3 +156,71 @@ def test_an_answer_after_a_refused_call_still_fails_the_format_as_in_tool_star()
     turns = [{"kind": "tool", "tool": "python"}, {"kind": "tool_limit", "tool": "search"}, {"kind": "answer"}]
     reward = trajectory_reward({"messages": messages, "turns": turns}, "1")
     assert reward.reward == -1.0 and reward.format_error == "search/result tags are incomplete"
+
+
+# --- math answers: math_verify -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prediction, golden, score", [
+    ("\\frac{1}{2}", "0.5", 1.0),  # the same number in two spellings, either way round
+    ("0.5", "\\frac{1}{2}", 1.0),
+    ("\\dfrac{3}{4}", "0.75", 1.0),
+    ("\\sqrt{2}/2", "\\frac{\\sqrt{2}}{2}", 1.0),  # the same expression
+    ("2\\sqrt{3}", "\\sqrt{12}", 1.0),
+    ("x^2+1", "1+x^2", 1.0),
+    ("x=3", "3", 1.0),  # an equation's right-hand side
+    ("1,234", "1234", 1.0),  # thousands commas
+    ("72.0", "72", 1.0),
+    ("(1,2)", "(1, 2)", 1.0),  # the same interval
+    ("\\text{(C)}", "C", 1.0),  # a multiple-choice letter
+    ("Evelyn", "\\text{Evelyn}", 1.0),  # a name: the text
+    ("-5", "5", 0.0),
+    ("3", "4", 0.0),
+    ("\\frac{1}{3}", "0.33", 0.0),  # close is not equal
+    ("\\sqrt{2}", "\\sqrt{3}", 0.0),
+])
+def test_math_answers_are_checked_with_math_verify(prediction, golden, score):
+    assert answer_score(prediction, golden, metric="math") == score
+
+
+def test_a_math_answer_scores_against_the_best_golden_answer_and_none_is_wrong():
+    assert answer_score("\\frac{1}{2}", ["7", "0.5"], metric="math") == 1.0
+    assert answer_score(None, "0.5", metric="math") == 0.0
+
+
+def test_the_math_metric_gives_tool_stars_reward():
+    reward = tool_star_reward("\n".join([SEARCH, PYTHON, answer("\\frac{1}{2}")]), "0.5", metric="math")
+    assert (reward.reward, reward.score, reward.bonus, reward.answer) == (1.1, 1.0, 0.1, "\\frac{1}{2}")
+    assert tool_star_reward(answer("\\frac{1}{3}"), "0.5", metric="math").reward == 0.0
+
+
+def test_a_running_interval_timer_survives_math_verify():
+    """math_verify times itself with signal.alarm, which cancels any running timer (pytest-timeout's): it is set
+    again with the time it had left."""
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    signal.setitimer(signal.ITIMER_REAL, 300)
+    try:
+        assert answer_score("\\frac{1}{2}", "0.5", metric="math") == 1.0
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 290 < remaining <= 300
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_the_task_kind_chooses_the_metric_under_auto():
+    assert [task_metric(kind) for kind in ("math", "qa", "compute", "multi_hop_arithmetic")] == [
+        "math", "f1", "auto", "auto"]
+    assert task_metric("math", "em") == "em" and task_metric("qa", "numeric") == "numeric"  # an explicit choice wins
+
+
+def test_importing_the_reward_does_not_import_math_verify():
+    import subprocess
+    import sys
+
+    code = ("import sys, components.toolstar.reward; "
+            "print(sorted(m for m in ('math_verify', 'sympy', 'latex2sympy2_extended') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "[]"

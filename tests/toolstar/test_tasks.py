@@ -140,8 +140,27 @@ def test_tasks_round_trip_through_jsonl(tmp_path, passages):
     assert set(first) == {"id", "kind", "template", "question", "answer", "facts"}
 
 
+def test_a_datasets_task_keeps_its_answers_and_name_and_a_generated_one_has_neither(tmp_path):
+    from components.toolstar.tasks import Task
+
+    qa = Task(id="bamboogle-00001", question="Who?", answer="Ann", kind="qa", answers=("Ann", "Ann B."),
+              dataset="bamboogle")
+    generated = Task(id="toolstar-00000", question="What is 1 + 1?", answer="2", kind="compute")
+    path = tmp_path / "tasks.jsonl"
+    write_tasks(path, [qa, generated])
+    assert read_tasks(path) == [qa, generated]
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first == {"id": "bamboogle-00001", "kind": "qa", "template": "", "question": "Who?", "answer": "Ann",
+                     "answers": ["Ann", "Ann B."], "dataset": "bamboogle", "facts": []}
+    assert "answers" not in second and "dataset" not in second
+    assert qa.golden == ["Ann", "Ann B."] and generated.golden == ["2"]
+
+
 @pytest.mark.parametrize("line, message", [
-    ('{"id": "a", "kind": "math", "question": "q", "answer": "1"}', "'kind' must be one of"),
+    ('{"id": "a", "kind": "algebra", "question": "q", "answer": "1"}', "'kind' must be one of"),
+    ('{"id": "a", "kind": "qa", "question": "q", "answer": "1", "answers": ["2"]}', "'answer' '1' must be one of"),
+    ('{"id": "a", "kind": "qa", "question": "q", "answer": "1", "answers": "1"}', "'answers' must be a list"),
+    ('{"id": "a", "kind": "qa", "question": "q", "answer": "1", "dataset": 3}', "'dataset' must be a string"),
     ('{"id": "a", "kind": "compute", "question": "q"}', "missing field(s) answer"),
     ('{"id": "a", "kind": "compute", "question": "q", "answer": 1}', "'answer' must be a non-empty string"),
     ('{"id": "a", "kind": "compute", "question": "q", "answer": "1", "facts": [{"subject": "x"}]}', "'facts'"),

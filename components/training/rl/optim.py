@@ -17,7 +17,7 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DeepSpeedPlugin
 
 from components.errors import UserError
-from components.training.distributed import single_process_defaults
+from components.training.launch import require_launcher
 from components.training.rl.checkpoint import load_tree, save_tree
 from components.training.rl.params import RLParams
 from components.training.schedule import lr_schedule, warmup_steps
@@ -103,7 +103,8 @@ def deepspeed_config(zero_stage: int, max_grad_norm: float, gradient_accumulatio
 
 
 class AccelerateOptimizer:
-    """AdamW under `accelerate` with a DeepSpeed ZeRO plugin (multi-GPU and multi-node through `accelerate launch`).
+    """AdamW under `accelerate` with a DeepSpeed ZeRO plugin, in the world of the torchrun that `star rl` starts
+    itself under (components/training/launch.py) or of any launcher that started it.
 
     Gradient accumulation is ours, not DeepSpeed's: the config says 1 accumulation step (so DeepSpeed never rescales
     the loss, which `aggregate_loss` already normalised by the whole mini-batch) and `backward(loss, sync=False)`
@@ -114,7 +115,8 @@ class AccelerateOptimizer:
                  scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int,
                  adam_epsilon: float = 1e-8):
         require_gpu_extra("deepspeed", "rl.distributed.strategy: deepspeed")
-        single_process_defaults()
+        # `star rl` starts itself under torchrun; the trainer's rollouts and outputs are one process's
+        require_launcher("rl.distributed.strategy: deepspeed", most=1)
         # accelerate keeps one global state per process: without a reset, a second run in the same process (a
         # resumed run in a test, a benchmark, a sweep) is refused ("cannot pass in a `deepspeed_plugin` when
         # creating a second `Accelerator`"). The process group itself stays up and is reused.

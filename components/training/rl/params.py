@@ -132,6 +132,19 @@ class DistributedParams(Params):
     strategy: Literal["none", "deepspeed"] = "none"  # deepspeed: accelerate + DeepSpeed ZeRO (needs the [gpu] extra)
     zero_stage: Literal[2, 3] = 2
     gradient_checkpointing: bool = False
+    # processes of the deepspeed strategy, which `star rl` starts with torchrun (components/training/launch.py)
+    processes: int = Field(1, ge=1)
+
+    @model_validator(mode="after")
+    def _one_process(self) -> "DistributedParams":
+        if self.processes > 1:
+            backend = ("strategy: none is the plain torch optimiser of one process, and " if self.strategy == "none"
+                       else "")
+            raise ValueError(
+                f"processes: {self.processes}: {backend}the RL trainer trains in one process for now (every process "
+                "would roll out the same queries and write the same checkpoints, metrics and MLflow run); set "
+                "processes: 1 (strategy: deepspeed gives DeepSpeed ZeRO on that process's GPU)")
+        return self
 
 
 class RLParams(Params):

@@ -98,3 +98,33 @@ def test_a_file_that_is_not_a_reward_curve_gets_a_clear_error(tmp_path, content,
         script.read_curve(path)
     with pytest.raises(SystemExit, match="no such file"):
         script.read_curve(tmp_path / "missing.csv")
+
+
+TOOLSTAR_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "score", "bonus", "em", "f1",
+                    "format_error_rate"]
+
+
+def write_toolstar_curve(path: Path, rewards: list[float]) -> Path:
+    """A Tool-Star run's rewards.csv (rl.env.kind toolstar): no travel components, its own reward column."""
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, TOOLSTAR_COLUMNS)
+        writer.writeheader()
+        for step, reward in enumerate(rewards, start=1):
+            writer.writerow({"step": step, "reward": reward, "reward_std": 0.5, "task_reward": reward,
+                             "success": 0.5, "score": 0.5, "bonus": 0.1, "em": 0.5, "f1": 0.5,
+                             "format_error_rate": 0.1})
+    return path
+
+
+def test_a_tool_star_curve_is_compared_on_the_reward_it_logged(tmp_path, capsys):
+    script = load_script()
+    run = write_toolstar_curve(tmp_path / "run.csv", [-0.3, 0.0, 0.2])
+    control = write_toolstar_curve(tmp_path / "control.csv", [-0.3, -0.2, -0.1])
+    with pytest.raises(SystemExit, match="use --kind logged"):  # no travel components to rescore
+        script.read_curve(run)
+    assert script.main([str(run), str(control), "--kind", "logged", "--steps"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("LOGGED reward over 3 shared steps")
+    assert out.splitlines()[-1].split() == ["3", "0.2000", "-0.1000", "+0.3000", "10%", "/", "10%"]
+    result = script.compare(script.read_curve(run, "logged"), script.read_curve(control, "logged"), "logged")
+    assert result["paired"]["mean"] == pytest.approx(0.5 / 3)  # differences 0, 0.2, 0.3

@@ -1,7 +1,8 @@
 """`distributed.strategy: deepspeed` (accelerate + ZeRO-2) through the real trainer, where deepspeed is installed.
 
 DeepSpeed runs on CPU too, so these run wherever `pip install deepspeed` was done (they are skipped in CI, which
-installs no [gpu] extra). A plain `star rl` with this strategy is a world of one process: no launcher needed.
+installs no [gpu] extra). `star rl` with this strategy starts itself under torchrun (components/training/launch.py);
+these tests call the trainer directly, so they set the world of one process a launcher would.
 """
 import importlib.util
 
@@ -9,7 +10,6 @@ import pytest
 import torch
 
 from components.training.rl.checkpoint import complete_checkpoints
-from components.training.distributed import single_process_defaults
 from components.training.rl.params import RLParams
 from components.training.rl.trainer import RLPaths, train
 
@@ -21,20 +21,12 @@ ZERO2 = {"max_steps": 2, "queries_per_step": 1, "num_generations": 2, "learning_
          "distributed": {"strategy": "deepspeed", "zero_stage": 2}}
 
 
-def test_a_plain_run_becomes_a_world_of_one_and_a_launchers_variables_win():
-    environ = {}
-    assert single_process_defaults(environ) == environ
-    assert environ["WORLD_SIZE"] == "1" and environ["RANK"] == "0" and environ["MASTER_ADDR"] == "127.0.0.1"
-    launched = {"WORLD_SIZE": "8", "RANK": "3", "MASTER_ADDR": "10.0.0.1"}
-    assert single_process_defaults(launched) == {} and launched["RANK"] == "3"
-
-
 @needs_deepspeed
 @pytest.mark.slow
 def test_zero2_trains_checkpoints_and_resumes(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path, monkeypatch):
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("MASTER_PORT", "29517")
+    world = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29517"}
+    for key, value in world.items():  # what torchrun --nproc_per_node 1 sets
+        monkeypatch.setenv(key, value)
     paths = RLPaths(model=tiny_model_dir, world=tiny_world_dir, queries=rl_queries_path, out=tmp_path / "models/rl",
                     checkpoints=tmp_path / "checkpoints/rl", metrics=tmp_path / "metrics/rl.json",
                     plots=tmp_path / "plots/rl")

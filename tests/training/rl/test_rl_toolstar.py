@@ -19,6 +19,8 @@ from components.training.rl.trainer import RLPaths, score_groups, train
 
 from .test_rl_masks import ScriptedTokenPolicy
 
+REPO = Path(__file__).resolve().parents[3]
+
 SEARCH = "<think> look it up </think>\n<search> two </search>"
 PYTHON = "<think> compute </think>\n<python>\nprint(1 + 1)\n</python>"
 ANSWER = "<think> done </think>\n<answer> The final answer is \\boxed{2} </answer>"
@@ -155,3 +157,22 @@ def test_the_other_algorithms_run_on_toolstar_tasks(algorithm, tmp_path, tiny_mo
                                       "arpo": {"budget": 3, "initial_rollouts": 2, "entropy_tokens": 4}})
     summary = train(params, paths, progress_bar=False)
     assert summary["steps_completed"] == 1 and summary["reward_last"] == -1.0
+
+
+def test_the_toolstar_rl_stage_reads_its_own_params_section():
+    """dvc.yaml's toolstar_rl stage: `star rl --params params/toolstar_rl.yaml --section toolstar_rl` trains on
+    Tool-Star tasks, logs the MLflow stage run `toolstar_rl` and registers `star-toolstar-rl`."""
+    import argparse
+
+    from components.params import load_section
+    from components.training.commands import registered_name
+    from components.training.rl_commands import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["rl", "--params", "params/toolstar_rl.yaml", "--section", "toolstar_rl"])
+    params = load_section(REPO / args.params, args.section, RLParams)
+    assert params.env.kind == "toolstar" and params.reward_kind == "toolstar"
+    assert registered_name(args.section) == "star-toolstar-rl" and registered_name("rl") == "star-rl"
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["toolstar_rl"]
+    assert "--section toolstar_rl" in stage["cmd"] and "--model models/toolstar_sft" in stage["cmd"]
