@@ -26,6 +26,7 @@ from components.evaluation.ood_qa import make_retriever
 from components.evaluation.policy import load_checkpoint_policy
 from components.evaluation.qa.scoring import exact_match, f1_score
 from components.evaluation.toolstar_params import ToolStarParams
+from components.stats import rate_interval
 from components.toolstar.env import ToolStarEnv
 from components.toolstar.reward import Metric, answer_score, task_metric, trajectory_reward
 from components.toolstar.sandbox import Sandbox
@@ -80,15 +81,18 @@ def _mean(values: list[float]) -> float:
 
 
 def summarize_group(records: list[dict]) -> dict:
-    """The metrics of a set of scored records: `n`, `accuracy` (correct answers), `mean_reward`,
+    """The metrics of a set of scored records: `n`, `accuracy` (correct answers) and `accuracy_ci95` (its 95% Wilson
+    interval), `mean_reward`,
     `reward_positive_rate`, `format_ok_rate`, `answer_rate`, `em`, `f1`, `tool_calls` (per episode, by tool and in
     all), `code_errors`, `sandbox_kills`, `format_errors`, `refused_calls` (totals), `termination` (counts)."""
     evaluations = [r["evaluation"] for r in records]
     stats = [e["stats"] for e in evaluations]
+    accuracy = _mean([float(e["correct"]) for e in evaluations])
     calls = {tool: _mean([s["tool_calls"][tool] for s in stats]) for tool in TOOLS}
     return {
         "n": len(records),
-        "accuracy": _mean([float(e["correct"]) for e in evaluations]),
+        "accuracy": accuracy,
+        "accuracy_ci95": rate_interval(accuracy, len(records)),
         "mean_reward": _mean([e["reward"] for e in evaluations]),
         "reward_positive_rate": _mean([float(e["reward"] > 0) for e in evaluations]),
         "format_ok_rate": _mean([float(e["format_ok"]) for e in evaluations]),

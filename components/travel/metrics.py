@@ -1,6 +1,7 @@
 """The six official TravelPlanner metrics over a query set, plus per-check and per-level/duration breakdowns.
 
 N is fixed by the query set: a query without an evaluation (no plan delivered) counts as a failure everywhere.
+`ci95` gives the 95% Wilson interval of each per-query rate (delivery, the two macro rates, final pass).
 Hard micro = passed hard checks / (N + number of set local constraints): budget counts for every query, each other
 hard check only where the query sets it (the official denominators, e.g. 105 for the 45 training queries).
 """
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from components.stats import rate_interval
 from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, PlanEvaluation
 from components.travel.queries import Query
 
 METRIC_KEYS = ("delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass")
+PER_QUERY_RATES = ("delivery_rate", "commonsense_macro", "hard_macro", "final_pass")  # `ci95` holds their intervals
 
 
 def summarize(queries: Sequence[Query], evaluations: Mapping[int, PlanEvaluation] | Sequence[PlanEvaluation | None],
@@ -58,6 +61,8 @@ def summarize(queries: Sequence[Query], evaluations: Mapping[int, PlanEvaluation
                       for name in per_check if per_check_total[name]},
     }
     if breakdowns:
+        # 95% Wilson intervals of the per-query rates (micro rates count checks, not independent queries: none)
+        out["ci95"] = {key: rate_interval(out[key], n) for key in PER_QUERY_RATES}
         out["by_level"] = _breakdown(queries, by_idx, lambda q: q.level)
         out["by_days"] = _breakdown(queries, by_idx, lambda q: str(q.days))
     return out
