@@ -2,9 +2,9 @@
 
 On the tiny synthetic world (3-day queries, as the tiny preset's) with a model of the tiny preset's tokenizer and
 architecture (SmolLM2-135M, `--layers` of its 30) and random weights (benchmarks/random_base.py):
-  - rollouts: sampled tokens/s of the RolloutEngine (the stage's transformers backend, with params/rl.yaml's decoder
-    and chunk_tokens, through the agent loop), every episode of a step in one batch per decoding round, side by side
-    with one episode at a time (the baseline);
+  - rollouts: sampled tokens/s of the RolloutEngine (the stage's transformers backend, which decodes this model with
+    the lean decoder, with params/rl.yaml's chunk_tokens, through the agent loop), every episode of a step in one batch
+    per decoding round, side by side with one episode at a time (the baseline);
   - update: tokens/s of the policy update (forward + backward of the clipped objective) on realistic multi-turn
     expert trajectories, micro-batches of 4 side by side with micro-batches of 1 (the baseline); and pi_old read off
     the update's own pass side by side with pi_old recomputed in a separate no-grad pass (the baseline);
@@ -49,7 +49,7 @@ TURNS, TOKENS_PER_TURN = 2, 64
 
 
 def stage_rollout() -> RolloutParams:
-    """The rl stage's rollout settings (params/rl.yaml): its decoder and chunk_tokens serve the benchmark's rollouts."""
+    """The rl stage's rollout settings (params/rl.yaml): its chunk_tokens serve the benchmark's rollouts."""
     return RLParams.model_validate(read_yaml(ROOT / "params" / "rl.yaml")["rl"]).rollout
 
 
@@ -64,7 +64,7 @@ def rollout_throughput(model, tokenizer, world, queries, group_size: int, max_ba
     from components.agent.hf import HFPolicy
 
     policy = HFPolicy(model, tokenizer, temperature=1.0, seed=0, max_batch_size=max_batch_size,
-                      chunk_tokens=rollout.chunk_tokens, decoder=rollout.decoder)
+                      chunk_tokens=rollout.chunk_tokens)
     engine = RolloutEngine(policy, tokenizer, world, Limits(max_turns=TURNS, max_tokens_per_turn=TOKENS_PER_TURN,
                                                             max_context_tokens=8192))
     start = time.perf_counter()
@@ -118,7 +118,7 @@ def trainer_steps(model_dir: Path, world_dir: Path, queries_path: Path, work: Pa
         "device": "cpu", "max_steps": steps, "queries_per_step": TRAINER_QUERIES, "num_generations": TRAINER_GROUP,
         "micro_batch_size": 4, "entropy_coeff": ENTROPY_COEFF,
         "rollout": {"backend": "hf", "max_turns": 3, "max_tokens_per_turn": TOKENS_PER_TURN,
-                    "max_context_tokens": 8192, "chunk_tokens": rollout.chunk_tokens, "decoder": rollout.decoder}})
+                    "max_context_tokens": 8192, "chunk_tokens": rollout.chunk_tokens}})
     paths = RLPaths(model=model_dir, world=world_dir, queries=queries_path, out=work / "out",
                     checkpoints=work / "ckpt", metrics=work / "rl.json", plots=work / "plots")
     logged: list[dict] = []

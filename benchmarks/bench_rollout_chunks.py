@@ -3,6 +3,10 @@ rounds in which turns overlap against rounds in lockstep, the CPU decoding atten
 (components/models/attention.py) against SDPA, and the lean decoder (components/agent/lean_decode.py) against
 `generate` (`--decoders`: only that pair, alternated `--rounds` times, the shipped setting of each).
 
+HFPolicy decodes the tiny preset's model on a CPU with the lean decoder, no choice offered; every `generate` row is
+`GenerateBaseline`, HFPolicy held on the `generate` path it takes for GPUs and other architectures (episode caches,
+rounds and all), so that the baseline is what `generate` itself does with the same turns.
+
 `generate` computes every row of its batch until the LAST row ends its turn: with 16-40 episodes in lockstep, one
 turn that runs on to the token limit (768 tokens) makes every other row pay for it, and ordinary turns differ a lot
 in length too (a tool call ~100 tokens, the final plan ~500). Decoding in rounds of `chunk_tokens` re-batches only
@@ -46,6 +50,15 @@ from components.travel.world import World
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
 
+class GenerateBaseline(HFPolicy):
+    """HFPolicy decoding its cached turns with transformers' `generate` even for a model the lean decoder serves: the
+    baseline (a benchmark's, not a setting of the product)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lean = False
+
+
 class Lockstep:
     """An HFPolicy without `generate_round`: the loop then decodes every turn of a batch before any episode moves on."""
 
@@ -58,13 +71,15 @@ class Lockstep:
 
 def rollouts(model, tokenizer, world, queries, temperature: float, chunk_tokens: int | None,
              overlap: bool = True, samples: int = 1, attention: str = CPU_DECODE_ATTENTION,
-             decoder: str = "generate") -> dict:
+             lean: bool = False) -> dict:
     """`samples` episodes per query through the RL engine in one batch, as `star validate` and `star rl` run them,
-    with the model's attention implementation set to `attention` (the lean decoder has its own)."""
+    with the model's attention implementation set to `attention` (the lean decoder has its own), decoded by HFPolicy
+    (`lean`: the lean decoder) or `GenerateBaseline`."""
     model.set_attn_implementation(attention)
     greedy = temperature <= 0
-    policy = HFPolicy(model, tokenizer, temperature=1.0 if greedy else temperature, greedy=greedy, seed=0,
-                      chunk_tokens=chunk_tokens, decoder=decoder)
+    policy = (HFPolicy if lean else GenerateBaseline)(model, tokenizer, temperature=1.0 if greedy else temperature,
+                                                      greedy=greedy, seed=0, chunk_tokens=chunk_tokens)
+    assert policy.lean == lean, "the lean decoder does not serve this model"
     policy = policy if overlap else Lockstep(policy)
     engine = RolloutEngine(policy, tokenizer, world, Limits(max_turns=14, max_tokens_per_turn=768,
                                                             max_context_tokens=8192))
@@ -117,14 +132,14 @@ def main() -> None:
     queries = load_queries(args.queries)[: args.max_queries]
     rollouts(model, tokenizer, world, queries[:2], args.temperature, None)  # warm-up (allocator, kernels)
 
-    def run(chunk, overlap=True, attention=register_cpu_decode_attention(), decoder="generate"):
+    def run(chunk, overlap=True, attention=register_cpu_decode_attention(), lean=False):
         return rollouts(model, tokenizer, world, queries, args.temperature, chunk, overlap, args.samples, attention,
-                        decoder)
+                        lean)
 
     if args.decoders:
-        runs = alternated({name: (lambda decoder=decoder: run(args.chunks[0], decoder=decoder))
-                           for name, decoder in [(f"generate, rounds of {args.chunks[0]} tokens (baseline)", "generate"),
-                                                 (f"lean decoder, rounds of {args.chunks[0]} tokens", "lean")]},
+        runs = alternated({name: (lambda lean=lean: run(args.chunks[0], lean=lean))
+                           for name, lean in [(f"generate, rounds of {args.chunks[0]} tokens (baseline)", False),
+                                              (f"lean decoder, rounds of {args.chunks[0]} tokens", True)]},
                           args.rounds)
     else:
         runs = {"one call per turn, SDPA (baseline)": run(None, attention="sdpa")}
@@ -132,7 +147,7 @@ def main() -> None:
             runs[f"rounds of {chunk} tokens, lockstep, SDPA"] = run(chunk, overlap=False, attention="sdpa")
             runs[f"rounds of {chunk} tokens, turns overlap, SDPA"] = run(chunk, attention="sdpa")
             runs[f"rounds of {chunk} tokens, turns overlap, matrix-product decoding"] = run(chunk)
-            runs[f"rounds of {chunk} tokens, turns overlap, lean decoder"] = run(chunk, decoder="lean")
+            runs[f"rounds of {chunk} tokens, turns overlap, lean decoder"] = run(chunk, lean=True)
 
     base = next(iter(runs.values()))
     mode = "greedy" if args.temperature <= 0 else f"temperature {args.temperature}"

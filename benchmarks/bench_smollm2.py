@@ -83,7 +83,8 @@ def bench_prefill(model, contexts: list[list[int]]) -> dict:
 def bench_decode(model, tokenizer, contexts: list[list[int]], new_tokens: int) -> dict:
     requests = [TurnRequest(messages=[], token_ids=ids, max_new_tokens=new_tokens, episode_id=str(i))
                 for i, ids in enumerate(contexts)]
-    policy = HFPolicy(model, tokenizer, greedy=True, decoder="lean")
+    policy = HFPolicy(model, tokenizer, greedy=True)
+    assert policy.lean, "HFPolicy decodes SmolLM2 on a CPU with the lean decoder"
     with torch.no_grad():
         caches = [lean_decode.RowCache.empty(model) for _ in contexts]  # prefill outside the timed decode
         lean_decode.prefill(model, caches, [ids[:-1] for ids in contexts])

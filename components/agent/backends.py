@@ -34,7 +34,6 @@ class Sampling:
     seed: int = 0
     max_batch_size: int | None = None
     chunk_tokens: int | None = None  # transformers: decode a turn in rounds of this many tokens over the open episodes
-    decoder: str = "auto"  # transformers: lean | generate | auto (lean for Qwen2 on a CPU; components/agent/hf.py)
     dtype: str = "auto"
     gpu_memory_utilization: float = 0.8
     max_model_len: int | None = None
@@ -72,5 +71,4 @@ def checkpoint_policy(checkpoint: str | Path, tokenizer, sampling: Sampling, bac
     if model is None:
         model = loading.load_policy_model(checkpoint, dtype=sampling.dtype, device=device)
     return HFPolicy(model, tokenizer, temperature=sampling.temperature, top_p=sampling.top_p, greedy=sampling.greedy,
-                    seed=sampling.seed, max_batch_size=sampling.max_batch_size, chunk_tokens=sampling.chunk_tokens,
-                    decoder=sampling.decoder)
+                    seed=sampling.seed, max_batch_size=sampling.max_batch_size, chunk_tokens=sampling.chunk_tokens)

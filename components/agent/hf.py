@@ -1,7 +1,7 @@
 """The transformers policy backend: token-in/token-out generation for the loop on CPU (and small GPU runs).
 
-Every request of a turn goes through ONE left-padded `generate` call (or a few, if `max_batch_size` splits them):
-batching the active episodes is what makes CPU rollouts affordable.
+Every request of a turn is decoded in ONE batch (or a few, if `max_batch_size` splits them): batching the active
+episodes is what makes CPU rollouts affordable.
 
 With `chunk_tokens`, a turn is decoded in rounds of at most that many tokens, and each round batches only the
 episodes still writing: `generate` keeps computing every row of its batch until the LAST one ends, so one turn that
@@ -13,11 +13,14 @@ tokens instead of re-reading the whole history: prefill is most of the work at o
 only for the longest prefix of the request's ids it was computed on, and all caches are dropped when the model's
 weights change (an RL update), so results never depend on stale states.
 
-On a CPU, Qwen2 models decode those cached turns with the lean decoder (`components/agent/lean_decode.py`,
-`decoder="auto"`): the same function as the model's forward, run one step at a time over per-episode buffers that
-grow in place, with rows leaving the batch as their turns end. It spares `generate`'s per-round rebuild of a padded
-batch cache and `torch.multinomial`: 1.27x the greedy validation speed on 2 cores with identical episodes
-(benchmarks/RESULTS.md). `decoder="generate"` keeps transformers' `generate` (any model, any device).
+One rule picks how those cached turns are decoded, with no option to change it. Where `lean_decode.supports` the
+model (Llama and Qwen2 models with full attention and the default rotary embedding, on a CPU: the tiny and smoke
+presets), the lean decoder (`components/agent/lean_decode.py`) runs the same function as the model's forward one step
+at a time over per-episode buffers that grow in place, with rows leaving the batch as their turns end. It spares
+`generate`'s per-round rebuild of a padded batch cache and `torch.multinomial` (benchmarks/bench_smollm2.py,
+bench_rollout_chunks.py). Everything else (a GPU, other architectures) decodes with transformers' `generate` over a
+left-padded batch of the episodes' caches. Both compute the same distribution: greedy turns are the same tokens,
+sampled ones draw from different random streams.
 """
 from __future__ import annotations
 
@@ -25,15 +28,12 @@ import inspect
 from dataclasses import dataclass, field, replace
 
 import torch
-from transformers import DynamicCache, StaticCache
+from transformers import DynamicCache
 
 from components.agent import lean_decode
 from components.agent.lean_decode import common_prefix_length
 from components.agent.types import TurnRequest, TurnResult
 from components.models.loading import end_of_turn_id
-
-
-DECODERS = ("auto", "lean", "generate")
 
 
 def filtered_probs(scaled_logits, top_k: int, top_p: float):
@@ -114,27 +114,17 @@ class HFPolicy:
     without the end-of-turn token. Sampling is seeded: the same seed and requests give the same turns.
     With `reuse_cache` (default) and distinct `episode_id`s, each episode's key/value cache is kept between calls
     (see the module docstring); set it False to re-read every context (e.g. to save memory on large models).
-    With `static_cache` (default) a reused cache decodes into a preallocated buffer; False grows it token by token
-    (transformers' DynamicCache: same tokens, about half the decode speed on CPU at long contexts).
     With `chunk_tokens` (needs the episode caches) a turn is sampled in rounds of at most that many tokens, each over
     the episodes whose turn has not ended yet (None: one `generate` call per batch, every row until the last ends).
-    `decoder` picks how cached turns are decoded: "lean" (components/agent/lean_decode.py: the model's own modules
-    one step at a time over per-episode key/value buffers, rows leaving the batch as their turns end, an
-    inverse-CDF draw per token), "generate" (transformers' `generate` over a left-padded batch cache), or "auto"
-    (lean where `lean_decode.supports` the model, i.e. Qwen2 models on a CPU). Both compute the same distribution;
-    greedy turns are the same tokens, sampled ones draw from different random streams.
+    Cached turns are decoded by the lean decoder where `lean_decode.supports` the model (`lean` is then True:
+    components/agent/lean_decode.py, an inverse-CDF draw per token), else by transformers' `generate`; turns without
+    episode caches always by `generate`. Both compute the same distribution; greedy turns are the same tokens,
+    sampled ones draw from different random streams.
     """
 
     def __init__(self, model, tokenizer, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0,
                  greedy: bool = False, seed: int = 0, max_batch_size: int | None = None, reuse_cache: bool = True,
-                 static_cache: bool = True, chunk_tokens: int | None = None, decoder: str = "auto"):
-        if decoder not in DECODERS:
-            raise ValueError(f"unknown decoder {decoder!r}: use one of {', '.join(DECODERS)}")
-        if decoder == "lean" and not lean_decode.supports(model):
-            raise ValueError(f"decoder 'lean' serves Qwen2 models on a CPU ({lean_decode.SUPPORTED_MODEL_TYPES}); "
-                             f"this is a {getattr(model.config, 'model_type', '?')} model on "
-                             f"{next(model.parameters()).device}: use decoder 'generate' or 'auto'")
-
+                 chunk_tokens: int | None = None):
         if chunk_tokens is not None and chunk_tokens < 1:
             raise ValueError(f"chunk_tokens must be a positive number of tokens or None, got {chunk_tokens}")
         if not greedy and temperature <= 0:
@@ -151,10 +141,8 @@ class HFPolicy:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self.calls = 0  # advances the seed, so successive turns draw fresh samples reproducibly
         self.reuse_cache = reuse_cache
-        self.static_cache = static_cache
         self.chunk_tokens = chunk_tokens
-        self.decoder = decoder
-        self.lean = decoder == "lean" or (decoder == "auto" and lean_decode.supports(model))
+        self.lean = lean_decode.supports(model)  # cached turns: the lean decoder (True) or `generate`
         self.caches: dict[str, EpisodeCache] = {}
         self.rows: dict = {}  # episode id -> lean_decode.RowCache (the lean decoder's caches)
         self.partial: dict[str, PartialTurn] = {}  # turns in progress across `generate_round` calls
@@ -265,7 +253,7 @@ class HFPolicy:
         was_training = self.model.training
         self.model.eval()
         with torch.no_grad():
-            past = self._batched_cache(requests, input_ids.shape[1] - 1, budget) if caching else None
+            past = self._batched_cache(requests, input_ids.shape[1] - 1) if caching else None
             torch.manual_seed(self.seed + self.calls)
             self.calls += 1
             out = self.model.generate(
@@ -355,20 +343,18 @@ class HFPolicy:
             layers = [(layer.keys, layer.values) for layer in returned_cache(out).layers]
         return EpisodeCache(ids=list(prefix), layers=layers)
 
-    def _batched_cache(self, requests: list[TurnRequest], width: int, budget: int):
+    def _batched_cache(self, requests: list[TurnRequest], width: int):
         """A left-padded batch cache covering every request's ids but its last token (which `generate` feeds),
-        aligned with the left-padded input ids of width `width + 1`, with room for `budget` new tokens.
+        aligned with the left-padded input ids of width `width + 1`.
 
-        A static (preallocated) cache: each decoded token is written in place. A growing cache concatenates every
-        layer's keys and values once per token, which at batch 16 and ~3K-token contexts copies hundreds of MB per
-        token and halves the decode speed on CPU (benchmarks/RESULTS.md)."""
+        A growing cache (transformers' DynamicCache, `generate`'s own default), because it needs no size and is correct
+        for every model and device this path serves, where a StaticCache must be sized per call and makes `generate`
+        compile the model for every batch shape on a GPU. (Its per-token copies slow a CPU only for the models the
+        lean decoder does not serve.)"""
         entries = [self._extend(r.episode_id, list(r.token_ids[:-1])) for r in requests]
         if not all(entry.layers for entry in entries):
             return None  # a one-token context: nothing to reuse, generate prefills
-        if self.static_cache:
-            cache = StaticCache(config=self.model.config, max_cache_len=width + budget + 1)
-        else:
-            cache = DynamicCache()
+        cache = DynamicCache()
         for index in range(len(entries[0].layers)):
             keys, values = [], []
             for entry in entries:

@@ -1,15 +1,15 @@
-"""A lean incremental decoder for Qwen2-architecture models on a CPU: the transformers policy's fast path.
+"""A lean incremental decoder for Llama and Qwen2 models on a CPU: how the transformers policy decodes them.
 
 `generate` rebuilds a left-padded batch cache from the episodes' own caches for every round of decoding, pays for
 every row up to the longest context in the batch, and samples with `torch.multinomial` (2-3 ms a token at batch 16
 on two cores, against 0.07 ms for an inverse-CDF draw). At the tiny preset's sizes that overhead is about half of a
-rollout's time (benchmarks/bench_lean_decode.py). This module runs the model's own modules (its weights, norms,
+rollout's time (benchmarks/bench_smollm2.py). This module runs the model's own modules (its weights, norms,
 projections, rotary embedding and MLP) one decoding step at a time over per-episode key/value buffers that grow in
 place, so nothing is copied between rounds and each row attends over exactly its own context.
 
 It computes the same function as the model's forward: logits agree with `model(ids)` to float rounding
-(tests/agent/test_lean_decode.py), so greedy turns are the same tokens. Only architectures whose forward it mirrors
-exactly are served (`supports`); everything else keeps `generate`.
+(tests/models/test_lean_decode.py), so greedy turns are the same tokens. Only architectures whose forward it mirrors
+exactly are served (`supports`); `HFPolicy` decodes everything else with `generate`.
 
     caches = [RowCache.empty(model) for _ in contexts]
     prefill(model, caches, [ids[:-1] for ids in contexts])           # each cache now holds its context but the last token
@@ -26,8 +26,8 @@ INITIAL_CAPACITY = 512  # tokens of key/value room a row starts with; it doubles
 
 
 def supports(model) -> bool:
-    """Whether this decoder computes exactly what `model`'s forward computes: a Qwen2 causal LM with full attention
-    everywhere and the default rotary embedding, on a CPU, not being trained through (no gradient needed)."""
+    """Whether this decoder computes exactly what `model`'s forward computes: a Llama or Qwen2 causal LM with full
+    attention everywhere and the default rotary embedding, on a CPU (it decodes without gradients)."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "model_type", None) not in SUPPORTED_MODEL_TYPES:
         return False

@@ -59,5 +59,3 @@ class DecoderParams(Params):
     backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: vLLM on a GPU when installed, else transformers
     chunk_tokens: int | None = Field(None, ge=1)  # transformers: decode turns in rounds of this many tokens over the
     # episodes still writing (None: every row of a call runs until the last ends; see components/agent/hf.py)
-    decoder: Literal["auto", "lean", "generate"] = "auto"  # transformers: the lean CPU decoder (auto: Qwen2 on a
-    # CPU) or `generate`; the same greedy tokens, a different random stream when sampling (components/agent/hf.py)

@@ -15,8 +15,8 @@ __all__ = ["DecodingParams", "LimitsParams", "load_checkpoint_policy"]
 
 
 class DecodingParams(DecoderParams):
-    """Sampling for evaluation: greedy by default (temperature 0), so that a run is reproducible; `backend`,
-    `decoder` and `chunk_tokens` as in `DecoderParams`."""
+    """Sampling for evaluation: greedy by default (temperature 0), so that a run is reproducible; `backend` and
+    `chunk_tokens` as in `DecoderParams`."""
 
     temperature: float = Field(0.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
@@ -32,7 +32,7 @@ def load_checkpoint_policy(model: str | Path, decoding: DecodingParams, max_mode
     greedy = decoding.temperature <= 0
     sampling = Sampling(temperature=decoding.temperature if not greedy else 1.0, top_p=decoding.top_p,
                         greedy=greedy, seed=decoding.seed, max_batch_size=decoding.batch_size,
-                        chunk_tokens=decoding.chunk_tokens, decoder=decoding.decoder, dtype=decoding.dtype,
+                        chunk_tokens=decoding.chunk_tokens, dtype=decoding.dtype,
                         gpu_memory_utilization=decoding.gpu_memory_utilization, max_model_len=max_model_len)
     tokenizer = load_tokenizer(model)
     policy = checkpoint_policy(model, tokenizer, sampling, backend=decoding.backend, device=decoding.device)

@@ -52,3 +52,22 @@ def tiny_tokenizer(smol_tokenizer):
 def tiny_model(small_model_factory):
     return small_model_factory(seed=0, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                                intermediate_size=128, max_position_embeddings=4096)
+
+
+def scaled_rope(model, seed: int = 0):
+    """`model`'s architecture with a linearly scaled rotary embedding and random weights from `seed`: a model the lean
+    decoder does not serve, so HFPolicy decodes its cached turns with transformers' `generate`, as it does every
+    model on a GPU and other architectures on a CPU."""
+    from components.models.factory import random_model
+
+    rope = {**model.config.rope_parameters, "rope_type": "linear", "factor": 2.0}
+    scaled = random_model(model.config, seed=seed, rope_parameters=rope).eval()
+    scaled.generation_config.eos_token_id = model.generation_config.eos_token_id
+    scaled.generation_config.pad_token_id = model.generation_config.pad_token_id
+    return scaled
+
+
+@pytest.fixture(scope="session")
+def generate_model(tiny_model):
+    """The tiny model's architecture, served by `generate` (scaled_rope)."""
+    return scaled_rope(tiny_model)

@@ -40,12 +40,13 @@ def test_decoding_and_cached_prefill_match_sdpa_with_left_padding(tiny_tokenizer
         assert torch.allclose(a, b, atol=1e-5)
 
 
-def test_the_static_cache_decode_of_generate_matches_sdpa(tiny_tokenizer):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])  # HFPolicy's growing cache, and a preallocated one
+def test_the_decode_of_generate_matches_sdpa(tiny_tokenizer, cache):
     register_cpu_decode_attention()
     ours, sdpa = gqa_model(tiny_tokenizer, CPU_DECODE_ATTENTION), gqa_model(tiny_tokenizer, "sdpa")
     ids = torch.randint(5, 200, (2, 10), generator=torch.Generator().manual_seed(1))
     mask = torch.tensor([[0, 0] + [1] * 8, [1] * 10])
-    runs = [m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, cache_implementation="static",
+    runs = [m.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False, cache_implementation=cache,
                        output_logits=True, return_dict_in_generate=True, pad_token_id=0) for m in (ours, sdpa)]
     assert torch.equal(runs[0].sequences, runs[1].sequences)
     assert torch.allclose(torch.stack(runs[0].logits), torch.stack(runs[1].logits), atol=1e-5)

@@ -7,6 +7,8 @@ import torch
 from components.agent import tokens
 from components.agent.hf import HFPolicy, cut_at_end_of_turn, left_pad
 from components.agent.types import TurnRequest
+from components.models.loading import end_of_turn_id
+from .conftest import scaled_rope
 
 
 def requests_for(tokenizer, conversations, max_new_tokens=12):
@@ -103,35 +105,60 @@ def play_turns(policy, tokenizer, conversations, turns=3):
     return sampled
 
 
-@pytest.mark.parametrize("decoder", ["lean", "generate"])
-def test_reusing_episode_caches_across_turns_gives_the_same_turns(tiny_model, tiny_tokenizer, conversations, decoder):
-    cached = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, decoder=decoder)
-    fresh = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, reuse_cache=False)
+def generate_turns(model, tokenizer, conversations, turns=3):
+    """`play_turns` under greedy decoding with transformers' own `generate` called on the model directly, one episode
+    and turn at a time over its whole context: the reference HFPolicy's turns must equal."""
+    end_id = end_of_turn_id(tokenizer)
+    contexts = [r.token_ids for r in requests_for(tokenizer, conversations)]
+    sampled = []
+    for _ in range(turns):
+        turn = []
+        for i, ids in enumerate(contexts):
+            with torch.no_grad():
+                out = model.generate(input_ids=torch.tensor([ids]), max_new_tokens=6 + 2 * i, do_sample=False,
+                                     eos_token_id=end_id, pad_token_id=tokenizer.pad_token_id)
+            turn.append(cut_at_end_of_turn(out[0, len(ids):].tolist(), end_id, 6 + 2 * i)[0])
+        sampled.append(turn)
+        contexts = [ids + ids_out + tokens.tool_segment_ids(tokenizer, conversations[i][3]["content"])
+                    for i, (ids, ids_out) in enumerate(zip(contexts, turn))]
+    return sampled
+
+
+@pytest.mark.parametrize("model_name", ["tiny_model", "generate_model"])  # served by the lean decoder, by generate
+def test_reusing_episode_caches_across_turns_gives_the_same_turns(tiny_tokenizer, conversations, model_name, request):
+    model = request.getfixturevalue(model_name)
+    cached = HFPolicy(model, tiny_tokenizer, greedy=True)
+    fresh = HFPolicy(model, tiny_tokenizer, greedy=True, reuse_cache=False)
+    assert cached.lean == (model_name == "tiny_model")
     assert play_turns(cached, tiny_tokenizer, conversations) == play_turns(fresh, tiny_tokenizer, conversations)
     assert cached.cached_episodes == {f"ep{i}" for i in range(5)} and not fresh.cached_episodes
 
 
-def test_static_and_growing_decode_caches_sample_the_same_turns(tiny_model, tiny_tokenizer, conversations):
-    static = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3, decoder="generate")
-    growing = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, seed=3, static_cache=False, decoder="generate")
-    assert play_turns(static, tiny_tokenizer, conversations) == play_turns(growing, tiny_tokenizer, conversations)
+def test_generate_with_reused_caches_gives_generates_own_greedy_turns(generate_model, tiny_tokenizer, conversations):
+    policy = HFPolicy(generate_model, tiny_tokenizer, greedy=True, chunk_tokens=3)
+    assert not policy.lean
+    assert play_turns(policy, tiny_tokenizer, conversations) == generate_turns(generate_model, tiny_tokenizer,
+                                                                               conversations)
+    assert policy.caches and not policy.rows
 
 
-def test_reused_caches_are_passed_without_deprecation_warnings(tiny_model, tiny_tokenizer, conversations):
+def test_reused_caches_are_passed_without_deprecation_warnings(generate_model, tiny_tokenizer, conversations):
     import warnings
 
-    policy = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, decoder="generate")
+    policy = HFPolicy(generate_model, tiny_tokenizer, greedy=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)  # transformers >= 5.24 warns on `past_key_values=`
         play_turns(policy, tiny_tokenizer, conversations)
     assert policy.caches
 
 
-@pytest.mark.parametrize("decoder", ["lean", "generate"])
-def test_caches_are_dropped_when_the_weights_change(small_model_factory, tiny_tokenizer, conversations, decoder):
+@pytest.mark.parametrize("lean", [True, False])  # a model the lean decoder serves, one `generate` serves
+def test_caches_are_dropped_when_the_weights_change(small_model_factory, tiny_tokenizer, conversations, lean):
     model = small_model_factory(seed=1, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
                                 intermediate_size=64)
-    policy = HFPolicy(model, tiny_tokenizer, greedy=True, decoder=decoder)
+    model = model if lean else scaled_rope(model, seed=1)
+    policy = HFPolicy(model, tiny_tokenizer, greedy=True)
+    assert policy.lean == lean
     play_turns(policy, tiny_tokenizer, conversations, turns=1)
     torch.manual_seed(0)
     with torch.no_grad():
@@ -143,10 +170,12 @@ def test_caches_are_dropped_when_the_weights_change(small_model_factory, tiny_to
     assert after_update == reference
 
 
-def test_decoding_in_rounds_gives_the_same_turns_under_greedy(tiny_model, tiny_tokenizer, conversations):
+@pytest.mark.parametrize("model_name", ["tiny_model", "generate_model"])
+def test_decoding_in_rounds_gives_the_same_turns_under_greedy(tiny_tokenizer, conversations, model_name, request):
     # Budgets of 6-14 tokens in rounds of 4: every episode continues across rounds, each ending in a different one.
-    whole = HFPolicy(tiny_model, tiny_tokenizer, greedy=True)
-    rounds = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=4)
+    model = request.getfixturevalue(model_name)
+    whole = HFPolicy(model, tiny_tokenizer, greedy=True)
+    rounds = HFPolicy(model, tiny_tokenizer, greedy=True, chunk_tokens=4)
     assert play_turns(rounds, tiny_tokenizer, conversations) == play_turns(whole, tiny_tokenizer, conversations)
 
 

@@ -7,7 +7,8 @@ import torch
 from components.agent import lean_decode
 from components.agent.hf import HFPolicy, filtered_probs
 from components.agent.types import TurnRequest
-from .test_hf_policy import play_turns, requests_for
+from .conftest import scaled_rope
+from .test_hf_policy import generate_turns, play_turns, requests_for
 
 
 def full_logits(model, ids):
@@ -76,19 +77,20 @@ def test_decoding_gives_the_models_own_logits_on_the_presets_architectures(archi
 
 
 @pytest.mark.parametrize("chunk_tokens", [None, 3])
-def test_lean_and_generate_decode_the_same_greedy_turns(tiny_model, tiny_tokenizer, conversations, chunk_tokens):
-    lean = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=chunk_tokens, decoder="lean")
-    generate = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=chunk_tokens, decoder="generate")
-    assert play_turns(lean, tiny_tokenizer, conversations) == play_turns(generate, tiny_tokenizer, conversations)
-    assert lean.rows and not lean.caches and generate.caches and not generate.rows
+def test_lean_decodes_the_greedy_turns_of_transformers_generate(tiny_model, tiny_tokenizer, conversations,
+                                                                chunk_tokens):
+    lean = HFPolicy(tiny_model, tiny_tokenizer, greedy=True, chunk_tokens=chunk_tokens)
+    assert lean.lean
+    assert play_turns(lean, tiny_tokenizer, conversations) == generate_turns(tiny_model, tiny_tokenizer, conversations)
+    assert lean.rows and not lean.caches
 
 
 def test_lean_sampling_is_seeded_and_reports_the_sampled_logprobs(tiny_model, tiny_tokenizer, conversations):
     requests = [TurnRequest(messages=[], token_ids=r.token_ids, max_new_tokens=10, episode_id=f"ep{i}")
                 for i, r in enumerate(requests_for(tiny_tokenizer, conversations))]
-    first = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=5, decoder="lean").generate(requests)
-    again = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=5, decoder="lean").generate(requests)
-    other = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=6, decoder="lean").generate(requests)
+    first = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=5).generate(requests)
+    again = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=5).generate(requests)
+    other = HFPolicy(tiny_model, tiny_tokenizer, temperature=0.7, seed=6).generate(requests)
     assert [r.token_ids for r in first] == [r.token_ids for r in again]
     assert [r.token_ids for r in first] != [r.token_ids for r in other]
     for request, result in zip(requests, first):
@@ -112,7 +114,7 @@ def test_top_k_and_top_p_keep_what_transformers_warpers_keep():
 
 
 def test_the_draw_follows_the_filtered_distribution_and_never_picks_a_filtered_token(tiny_model, tiny_tokenizer):
-    policy = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, top_p=0.9, decoder="lean")
+    policy = HFPolicy(tiny_model, tiny_tokenizer, temperature=1.0, top_p=0.9)
     logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log().repeat(20_000, 1)
     tokens, logprobs = policy._draw(logits, torch.Generator().manual_seed(0))
     counts = torch.bincount(tokens, minlength=4).float() / len(tokens)
@@ -122,18 +124,13 @@ def test_the_draw_follows_the_filtered_distribution_and_never_picks_a_filtered_t
 
 
 def test_only_models_whose_forward_it_mirrors_are_served(tiny_model, tiny_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import MistralConfig, MistralForCausalLM
 
-    sizes = dict(vocab_size=len(tiny_tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                 num_attention_heads=2, num_key_value_heads=2)
-    scaled_rope = LlamaForCausalLM(LlamaConfig(**sizes, rope_parameters={"rope_type": "linear", "factor": 2.0,
-                                                                         "rope_theta": 10000.0}))
-    mistral = MistralForCausalLM(MistralConfig(**sizes))
+    mistral = MistralForCausalLM(MistralConfig(vocab_size=len(tiny_tokenizer), hidden_size=16, intermediate_size=32,
+                                               num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2))
+    scaled = scaled_rope(tiny_model)
     assert lean_decode.supports(tiny_model) and lean_decode.supports(small_qwen2(tiny_tokenizer))
-    assert not lean_decode.supports(scaled_rope) and not lean_decode.supports(mistral)
-    assert HFPolicy(tiny_model, tiny_tokenizer).lean and not HFPolicy(mistral, tiny_tokenizer).lean
-    assert not HFPolicy(tiny_model, tiny_tokenizer, decoder="generate").lean
-    with pytest.raises(ValueError, match="use decoder 'generate' or 'auto'"):
-        HFPolicy(scaled_rope, tiny_tokenizer, decoder="lean")
-    with pytest.raises(ValueError, match="unknown decoder"):
-        HFPolicy(tiny_model, tiny_tokenizer, decoder="fast")
+    assert not lean_decode.supports(scaled) and not lean_decode.supports(mistral)
+    # HFPolicy's one rule: the lean decoder wherever it is supported, transformers' generate everywhere else
+    assert HFPolicy(tiny_model, tiny_tokenizer).lean and HFPolicy(small_qwen2(tiny_tokenizer), tiny_tokenizer).lean
+    assert not HFPolicy(scaled, tiny_tokenizer).lean and not HFPolicy(mistral, tiny_tokenizer).lean

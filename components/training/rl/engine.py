@@ -165,8 +165,7 @@ def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
     if backend == "vllm":
         require_gpu_extra("vllm", "rl.rollout.backend: vllm")
     sampling = Sampling(temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
-                        max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens,
-                        decoder=rollout.decoder, dtype="bfloat16",
+                        max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens, dtype="bfloat16",
                         gpu_memory_utilization=rollout.gpu_memory_utilization,
                         max_model_len=rollout.max_context_tokens)
     return checkpoint_policy(model_dir, tokenizer, sampling, backend=backend, device=device, model=model)
@@ -179,8 +178,7 @@ def greedy_policy(policy):
     if isinstance(policy, HFPolicy):
         return HFPolicy(policy.model, policy.tokenizer, greedy=True, seed=policy.seed,
                         max_batch_size=policy.max_batch_size, reuse_cache=policy.reuse_cache,
-                        static_cache=policy.static_cache, chunk_tokens=policy.chunk_tokens,
-                        decoder=policy.decoder)
+                        chunk_tokens=policy.chunk_tokens)
     llm = getattr(policy, "llm", None)
     if llm is not None:
         return VLLMPolicy("", tokenizer=policy.tokenizer, greedy=True, seed=policy.seed, llm=llm)

@@ -98,7 +98,7 @@ class AepoParams(Params):
 
 
 class RolloutParams(LimitsParams, DecoderParams):
-    """How RL samples its rollouts: the episode limits and decoder settings every agent-loop family shares, plus
+    """How RL samples its rollouts: the episode limits and decoding settings every agent-loop family shares, plus
     the sampling distribution."""
 
     temperature: float = Field(1.0, gt=0)
