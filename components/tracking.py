@@ -18,8 +18,11 @@ value containing a secret from the environment, and URL passwords and tokens (`c
 Tracking never costs a stage: an unreachable or dying server costs a few seconds once (about 30 s for one that stops
 answering), then the run says so in one line on stderr and appends every later call to a spool file,
 `.star/mlflow-spool/<stage>-<utc time>-<pid>.jsonl`, which `star mlflow replay` puts into MLflow later (into the run
-it belongs to when the store still has it). A run records its process id and host: SIGTERM ends it KILLED, and the
-next start of its stage marks it KILLED when its process was killed outright (SIGKILL, out of memory, a reboot).
+it belongs to when the store still has it). The parent run of `star run` and `star sweep` does the same, and once it
+spools, the runs under it (sweep variants, stages) spool beside it without waiting for MLflow again; the replay
+nests them under the run the parent's spool went into. A run records its process id and host: SIGTERM ends it
+KILLED, and the next start of its stage marks it KILLED when its process was killed outright (SIGKILL, out of memory,
+a reboot).
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import mlflow
 from mlflow.entities import Metric, Param, RunTag
@@ -55,6 +58,7 @@ from components.params import active_preset as recorded_preset
 from components.redact import REDACTED, is_secret_key, redact_url
 
 PARENT_RUN_ENV = "STAR_PARENT_RUN_ID"
+PARENT_SPOOL_ENV = "STAR_PARENT_SPOOL"  # the spool file name of a parent run that lost MLflow
 EXPERIMENT_ENV = "STAR_EXPERIMENT"
 PRESET_ENV = "STAR_PRESET"
 VARIANT_ENV = "STAR_VARIANT"
@@ -69,6 +73,7 @@ REPLAY_COMMAND = "star mlflow replay"
 STAGE_HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
                      "MLFLOW_HTTP_REQUEST_TIMEOUT": "8"}
 UPLOAD_TIMEOUT = "120"  # MLflow's default: a server answers an upload once it has stored the file (e.g. in S3)
+LIMITS_ENV = "STAR_MLFLOW_HTTP_LIMITS"  # which of them a `star` process set (not the user), for its child processes
 
 
 # ---------------------------------------------------------------- where runs go
@@ -317,19 +322,35 @@ def apply_record(client, run_id: str, record: Mapping) -> Any:
 _LIMITED: set[str] = set()  # the STAGE_HTTP_LIMITS this process set (and may lift for uploads)
 
 
+def _inherited_limits() -> set[str]:
+    """The STAGE_HTTP_LIMITS that a `star` parent process (`star run`) set in our environment, not the user."""
+    named = set(os.environ.get(LIMITS_ENV, "").split(","))
+    return {name for name in named & set(STAGE_HTTP_LIMITS) if os.environ.get(name) == STAGE_HTTP_LIMITS[name]}
+
+
 @contextlib.contextmanager
 def limited_http_waits() -> Iterator[None]:
     """MLflow's HTTP retries, backoff and timeout cut to `STAGE_HTTP_LIMITS` for the body (where the user set
-    none), so that an unreachable server costs seconds instead of minutes."""
+    none), so that an unreachable server costs seconds instead of minutes.
+
+    `STAR_MLFLOW_HTTP_LIMITS` names the ones set here, so that the stages a pipeline run starts take them for
+    star's, not the user's, and lift the timeout for uploads as this process does."""
     added = {name: value for name, value in STAGE_HTTP_LIMITS.items() if name not in os.environ}
+    ours = _inherited_limits() | set(added)
+    previous_names = os.environ.get(LIMITS_ENV)
     os.environ.update(added)
-    _LIMITED.update(added)
+    os.environ[LIMITS_ENV] = ",".join(sorted(ours))
+    _LIMITED.update(ours)
     try:
         yield
     finally:
         for name in added:
             os.environ.pop(name, None)
             _LIMITED.discard(name)
+        if previous_names is None:
+            os.environ.pop(LIMITS_ENV, None)
+        else:
+            os.environ[LIMITS_ENV] = previous_names
 
 
 @contextlib.contextmanager
@@ -407,9 +428,9 @@ def read_spool(path: str | Path) -> list[dict]:
             records.append(json.loads(line))
         except json.JSONDecodeError:
             if number < len(lines):
-                raise UserError(f"{path} line {number} is not JSON: is it a spool file of a stage run?") from None
+                raise UserError(f"{path} line {number} is not JSON: is it a spool file of a `star` run?") from None
     if not records or records[0].get("op") != "start":
-        raise UserError(f"{path} is not a spool file of a stage run (its first line is not an `op: start` record)")
+        raise UserError(f"{path} is not a spool file of a `star` run (its first line is not an `op: start` record)")
     return records
 
 
@@ -421,11 +442,12 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def offline_warning(label: str, uri: str, error: BaseException, spool: Path) -> str:
-    """The one line a run prints when it loses MLflow."""
+def offline_warning(label: str, uri: str, error: BaseException, spool: Path, replay_all: bool = False) -> str:
+    """The one line a run prints when it loses MLflow (`replay_all`: the runs under it spool too)."""
     shown = display_path(spool)
+    command = REPLAY_COMMAND if replay_all else f"{REPLAY_COMMAND} {shown}"
     return (f"[{label}] MLflow at {redact_url(uri)} unreachable ({describe_error(error)}): logging to {shown}; "
-            f"replay with `{REPLAY_COMMAND} {shown}`")
+            f"replay with `{command}`")
 
 
 # ---------------------------------------------------------------- runs
@@ -445,6 +467,7 @@ class Run:
     start: dict = field(default_factory=dict, repr=False)  # what `replay` needs to create the run if it must
     spool: Path | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    replay_all: ClassVar[bool] = False  # whether the runs under this one spool with it (the warning's command)
 
     @property
     def offline(self) -> bool:
@@ -494,14 +517,17 @@ class Run:
         """End the run: FINISHED, FAILED or KILLED."""
         self._send({"op": "end", "status": status, "end_time": now_ms()})
 
-    def go_offline(self, error: BaseException) -> None:
-        """From now on, spool every call; say so once, with the file and how to replay it."""
+    def go_offline(self, error: BaseException | None) -> None:
+        """From now on, spool every call; say so once, with the file and how to replay it. `error` None: the run's
+        parent spools already, and its warning covers this run too."""
         with self._lock:
             if self.spool is not None:
                 return
             self.spool = new_spool(self.label, {**self.start, "op": "start", "run_id": self.run_id,
                                                 "experiment_id": self.experiment_id})
-        print(offline_warning(self.label, tracking_uri(), error, self.spool), file=sys.stderr, flush=True)
+        if error is not None:
+            print(offline_warning(self.label, tracking_uri(), error, self.spool, self.replay_all), file=sys.stderr,
+                  flush=True)
 
     def _send(self, record: dict) -> Any:
         """Do `record` in MLflow, or append it to the spool once MLflow has failed this run."""
@@ -666,13 +692,17 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
     `star run` the flow's run is its parent; under plain `dvc repro` the run of that dvc process
     (`dvc_parent_run`)."""
     parent_id = os.environ.get(PARENT_RUN_ENV) or None
-    launcher = {} if parent_id else dvc_launcher_tags()
+    parent_spool = os.environ.get(PARENT_SPOOL_ENV) or None
+    launcher = {} if parent_id or parent_spool else dvc_launcher_tags()
     run_tags = {**context_tags(stage), **process_tags(), **dict(tags or {})}
     if parent_id:
         run_tags["mlflow.parentRunId"] = parent_id
     start = {"op": "start", "run_name": stage, "experiment": experiment_name(), "parent_run_id": parent_id,
-             "tags": redact(resolve_tags(run_tags)), "start_time": now_ms()}
+             "parent_spool": parent_spool, "tags": redact(resolve_tags(run_tags)), "start_time": now_ms()}
     run = Run(None, None, label=stage, start=start)
+    if parent_spool:  # the pipeline's run lost MLflow: spool beside it instead of waiting for MLflow again
+        run.go_offline(None)
+        return run
     try:
         client = _client()
         experiment_id = client.get_run(parent_id).info.experiment_id if parent_id else ensure_experiment(
@@ -707,11 +737,32 @@ def _existing_run(client, run_id: str | None) -> str | None:
     return run_id
 
 
+def _replayed_into(client, start: Mapping[str, Any], spool_name: str) -> str | None:
+    """The run that the spool `spool_name` was replayed into (tagged `star.replayed_from`), if any."""
+    experiment_id = ensure_experiment(start.get("experiment") or experiment_name())
+    found = client.search_runs([experiment_id], filter_string=f"tags.`star.replayed_from` = '{spool_name}'",
+                               max_results=1)
+    return found[0].info.run_id if found else None
+
+
+def _replay_parent(client, start: Mapping[str, Any], spool: Path) -> str | None:
+    """The run a spooled run nests under: its parent when the store has it, else the run that its parent's spool
+    went into (replaying that spool first when it is still pending); None for a top-level run."""
+    parent_id = _existing_run(client, start.get("parent_run_id"))
+    parent_spool = start.get("parent_spool")
+    if parent_id or not parent_spool:
+        return parent_id
+    if spool.with_name(parent_spool).is_file():
+        return replay(spool.with_name(parent_spool))
+    return _replayed_into(client, start, parent_spool)
+
+
 def _replay_run(client, start: Mapping[str, Any], spool: Path) -> str:
     """A new run for a spool whose run MLflow never created (or no longer has)."""
     tags = dict(start.get("tags") or {})
-    parent_id = _existing_run(client, start.get("parent_run_id"))
+    parent_id = _replay_parent(client, start, spool)
     if parent_id:
+        tags["mlflow.parentRunId"] = parent_id
         experiment_id = client.get_run(parent_id).info.experiment_id
     else:
         tags.pop("mlflow.parentRunId", None)
@@ -724,9 +775,9 @@ def _replay_run(client, start: Mapping[str, Any], spool: Path) -> str:
 
 
 def replay(spool: str | Path) -> str:
-    """Put a spool file into MLflow: into its run when the store still has it, else into a new run (tagged
-    `star.replayed_from`); a run whose spool has no end ends KILLED. Renames the file to `*.replayed`; returns the
-    run id."""
+    """Put a spool file into MLflow: into its run when the store still has it, else into a new run (under the run
+    its parent's spool went into, when its parent spooled too); a run whose spool has no end ends KILLED. Tags the
+    run `star.replayed_from`, renames the file to `*.replayed`; returns the run id."""
     spool = Path(spool)
     start, *calls = read_spool(spool)
     with _process_tracking_uri(tracking_uri()):
@@ -747,12 +798,22 @@ def replay(spool: str | Path) -> str:
 
 @dataclass
 class PipelineRun(Run):
-    """The parent run of a pipeline or sweep: stages report what happened to them here."""
+    """The parent run of a pipeline or sweep: stages report what happened to them here.
+
+    Like a stage's run it never fails the pipeline: without MLflow it spools (one warning), and so do the runs
+    under it from then on. Share one object between threads, so that an outage costs its wait and warning once."""
+
+    replay_all: ClassVar[bool] = True
 
     def env(self) -> dict[str, str]:
-        """Environment for stage processes: the parent id and an absolute tracking URI."""
-        return {PARENT_RUN_ENV: self.run_id, "MLFLOW_TRACKING_URI": tracking_uri(),
-                EXPERIMENT_ENV: experiment_name()}
+        """Environment for stage processes: an absolute tracking URI, the parent id, and once this run spools,
+        its spool (the stages then spool beside it at once)."""
+        env = {"MLFLOW_TRACKING_URI": tracking_uri(), EXPERIMENT_ENV: experiment_name()}
+        if self.run_id:
+            env[PARENT_RUN_ENV] = self.run_id
+        if self.spool is not None:
+            env[PARENT_SPOOL_ENV] = self.spool.name
+        return env
 
     def record_stage(self, stage: str, status: str, lock_hash: str | None = None,
                      seconds: float | None = None) -> None:
@@ -769,7 +830,12 @@ class PipelineRun(Run):
         if seconds is not None:
             self.log_metrics({f"stage_seconds.{safe}": seconds})
         if lock_hash and status == "ran" and not self.offline:
-            for child in child_runs(self.run_id, stage):
+            try:
+                children = child_runs(self.run_id, stage)
+            except Exception as exc:  # MLflow went away: the hash is on this run's tags (spooled) all the same
+                self.go_offline(exc)
+                return
+            for child in children:
                 Run(child.info.run_id, self.experiment_id).set_tags({"dvc.lock_hash": lock_hash})
 
 
@@ -783,30 +849,50 @@ def child_runs(parent_run_id: str, stage: str | None = None) -> list:
     return client.search_runs([parent.info.experiment_id], filter_string=query, max_results=1000)
 
 
+def open_pipeline_run(name: str, tags: Mapping[str, Any] | None = None,
+                      parent: PipelineRun | None = None) -> PipelineRun:
+    """Create the run of a pipeline or sweep (or of a sweep variant, under `parent`); offline when MLflow fails,
+    and at once when `parent` spools already."""
+    parent_id = parent.run_id if parent else None
+    all_tags = {"mlflow.runName": name, **context_tags(), **dict(tags or {})}
+    if parent_id:
+        all_tags["mlflow.parentRunId"] = parent_id
+    start = {"op": "start", "run_name": name, "experiment": experiment_name(), "parent_run_id": parent_id,
+             "parent_spool": parent.spool.name if parent and parent.offline else None, "tags": redact(all_tags),
+             "start_time": now_ms()}
+    run = PipelineRun(None, None, label=name, start=start)
+    if start["parent_spool"]:
+        run.go_offline(None)
+        return run
+    try:
+        client = _client()
+        experiment_id = parent.experiment_id if parent_id else ensure_experiment(start["experiment"])
+        created = client.create_run(experiment_id, start_time=start["start_time"], tags=start["tags"], run_name=name)
+    except Exception as exc:  # unreachable (or refusing): the pipeline runs, its run spools
+        run.go_offline(exc)
+        return run
+    run.run_id, run.experiment_id = created.info.run_id, experiment_id
+    print(f"MLflow parent run {run.run_id} ('{name}') in experiment '{start['experiment']}' at "
+          f"{redact_url(tracking_uri())}", file=sys.stderr)
+    return run
+
+
 @contextlib.contextmanager
 def pipeline_run(name: str, params: Any = None, tags: Mapping[str, Any] | None = None,
-                 parent_run_id: str | None = None) -> Iterator[PipelineRun]:
-    """Create the parent run of a pipeline (or a sweep variant, when `parent_run_id` is given).
+                 parent: PipelineRun | None = None) -> Iterator[PipelineRun]:
+    """The parent run of a pipeline (or of a sweep variant, under `parent`) for the body.
 
-    Uses explicit run ids only, so Prefect tasks in threads can log to it. Ends FAILED if the body raises.
+    Uses explicit run ids only, so Prefect tasks in threads can log to it. Ends FINISHED, FAILED if the body
+    raises, KILLED on SIGTERM or Ctrl-C. MLflow's HTTP waits are cut as for stages (`limited_http_waits`), so an
+    unreachable server costs seconds (about 30 s for one that never answers) once, and the pipeline goes on.
     """
-    client = _client()
-    if parent_run_id:
-        experiment_id = client.get_run(parent_run_id).info.experiment_id
-    else:
-        experiment_id = ensure_experiment(experiment_name())
-    all_tags = {"mlflow.runName": name, **context_tags(), **dict(tags or {})}
-    if parent_run_id:
-        all_tags["mlflow.parentRunId"] = parent_run_id
-    created = client.create_run(experiment_id, tags=redact(all_tags), run_name=name)
-    run = PipelineRun(created.info.run_id, experiment_id, label=name)
-    print(f"MLflow parent run {run.run_id} ('{name}') in experiment '{experiment_name()}' at "
-          f"{redact_url(tracking_uri())}", file=sys.stderr)
-    if params is not None:
-        run.log_params(params)
-    try:
-        yield run
-    except BaseException:
-        client.set_terminated(run.run_id, status="FAILED")
-        raise
-    client.set_terminated(run.run_id, status="FINISHED")
+    with limited_http_waits():
+        run = open_pipeline_run(name, tags, parent)
+        if params is not None:
+            run.log_params(params)
+        try:
+            yield run
+        except BaseException as exc:
+            run.end(ending_status(exc))
+            raise
+        run.end("FINISHED")

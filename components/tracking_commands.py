@@ -1,4 +1,4 @@
-"""`star mlflow replay`: put into MLflow what stage runs logged while it was unreachable (their spool files).
+"""`star mlflow replay`: put into MLflow what runs logged while it was unreachable (their spool files).
 
 `components.tracking` (MLflow) is imported inside the handler, so `star --help` stays instant.
 """
@@ -31,6 +31,8 @@ def replay_handler(args: argparse.Namespace) -> int:
         print(f"nothing to replay: no spool files in {folder}")
         return 0
     for spool in spools:
+        if not spool.is_file() and spool.with_name(spool.name + ".replayed").is_file():
+            continue  # replayed above, as the parent run of another spool
         if not spool.is_file():
             raise UserError(f"no spool file {spool}; the ones not replayed yet are in {folder} "
                             f"(`{tracking.REPLAY_COMMAND}` without arguments replays them all)")

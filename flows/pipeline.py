@@ -22,7 +22,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from components import tracking
+from components import lifeline, tracking
 from components.errors import UserError
 from components.orchestration import gpus as gpu_slots
 from components.orchestration.graph import StageNode, lock_hash, read_graph, select
@@ -54,17 +54,21 @@ def _local_slots(size: int) -> gpu_slots.LocalSlots:
 
 
 def _retry_unless_user_error(task, task_run, state) -> bool:
-    """Retry transient failures only: a stage that reported a user error (bad params) fails at once."""
+    """Retry transient failures only: a stage that reported a user error (bad params) fails at once, and nothing is
+    retried once `star run` is stopping (SIGTERM, Ctrl-C)."""
     error = state.result(raise_on_failure=False)
-    return not (isinstance(error, StageFailed) and not error.transient)
+    return not (isinstance(error, StageFailed) and not error.transient) and not lifeline.stopping()
 
 
 @task(cache_policy=NO_CACHE, retry_condition_fn=_retry_unless_user_error, retry_delay_seconds=5)
-def reproduce(node: StageNode, root: str, env: dict[str, str], parent_run_id: str, experiment_id: str,
-              force: bool = False, slots: int = 1) -> StageOutcome:
-    """Reproduce one DVC stage (taking GPU slots first when it needs GPUs) and record it on the parent run."""
+def reproduce(node: StageNode, root: str, parent: tracking.PipelineRun, force: bool = False,
+              slots: int = 1) -> StageOutcome:
+    """Reproduce one DVC stage (taking GPU slots first when it needs GPUs) and record it on the parent run.
+
+    The stage's environment is read from the parent when the stage starts, not when it was submitted: once the
+    parent has lost MLflow, it tells its stages to spool beside it instead of each waiting for MLflow again."""
     logger = get_run_logger()
-    parent = tracking.PipelineRun(parent_run_id, experiment_id)
+    env = parent.env()
     try:
         if node.gpus:
             with _local_slots(slots).hold(node.gpus), concurrency(gpu_slots.GPU_LIMIT, occupy=node.gpus):
@@ -104,13 +108,12 @@ def pipeline(stages: list[str] | None = None, preset: str | None = None, experim
                 ", ".join(n.name for n in nodes), slots)
     run_params = {"stages": [n.name for n in nodes], "preset": preset or tracking.active_preset(root_path) or "",
                   "force": force, "retries": retries}
-    with tracking.pipeline_run("pipeline", params=run_params) as parent:
+    with tracking.pipeline_run("pipeline", params=run_params) as parent, lifeline.stops_forwarded_first():
         futures = {}
         for node in nodes:
             upstream = [futures[name] for name in node.upstream if name in futures]
             futures[node.name] = reproduce.with_options(task_run_name=node.name, retries=retries).submit(
-                node, str(root_path), parent.env(), parent.run_id, parent.experiment_id, force, slots,
-                wait_for=upstream)
+                node, str(root_path), parent, force, slots, wait_for=upstream)
         statuses, failures = _collect(futures)
         parent.log_dict(statuses, "stages.json")
         if failures:

@@ -16,7 +16,7 @@ from collections import deque
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from components import tracking
+from components import lifeline, tracking
 from components.orchestration.stages import TAIL_LINES, dvc_executable, stage_environment
 
 
@@ -30,22 +30,23 @@ def exp_run_command(exp_name: str, overrides: list[str], temp: bool = True) -> l
 
 
 @task(cache_policy=NO_CACHE)
-def run_variant(variant: str, overrides: list[str], exp_name: str, root: str, sweep_run_id: str,
+def run_variant(variant: str, overrides: list[str], exp_name: str, root: str, sweep_run: tracking.PipelineRun,
                 temp: bool = True) -> str:
-    """Run one variant as a DVC experiment under its own MLflow run (a child of the sweep's)."""
+    """Run one variant as a DVC experiment under its own MLflow run (a child of the sweep's); `dvc exp run` is tied
+    to this process, so stopping `star sweep`, even with SIGKILL, stops it and its stages."""
     logger = get_run_logger()
     tags = {"star.variant": variant, "dvc.exp_name": exp_name, "star.overrides": " ".join(overrides)}
-    with tracking.pipeline_run(variant, params={"overrides": overrides}, tags=tags,
-                               parent_run_id=sweep_run_id) as run:
+    with tracking.pipeline_run(variant, params={"overrides": overrides}, tags=tags, parent=sweep_run) as run:
         env = stage_environment({**run.env(), tracking.VARIANT_ENV: variant})
         tail: deque[str] = deque(maxlen=TAIL_LINES)
-        process = subprocess.Popen(exp_run_command(exp_name, overrides, temp), cwd=root, env=env, text=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace")
-        assert process.stdout is not None
-        for line in process.stdout:
-            tail.append(line.rstrip("\n"))
-            logger.info(line.rstrip("\n"))
-        if process.wait() != 0:
+        with lifeline.tied(exp_run_command(exp_name, overrides, temp), cwd=root, env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, errors="replace") as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                tail.append(line.rstrip("\n"))
+                logger.info(line.rstrip("\n"))
+            returncode = process.wait()
+        if returncode != 0:
             raise RuntimeError(f"variant '{variant}' ({' '.join(overrides)}) failed; last lines:\n" + "\n".join(tail))
     return exp_name
 
@@ -63,9 +64,9 @@ def sweep(variants: dict[str, list[str]], root: str | None = None, experiment: s
     os.environ["MLFLOW_TRACKING_URI"] = tracking.tracking_uri(root_path)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results: dict[str, str] = {}
-    with tracking.pipeline_run("sweep", params={"variants": variants}) as parent:
+    with tracking.pipeline_run("sweep", params={"variants": variants}) as parent, lifeline.stops_forwarded_first():
         for variant, overrides in variants.items():  # one at a time: experiments share the machine's GPUs
             results[variant] = run_variant.with_options(task_run_name=variant)(
-                variant, list(overrides), f"{variant}-{stamp}", str(root_path), parent.run_id, temp)
+                variant, list(overrides), f"{variant}-{stamp}", str(root_path), parent, temp)
         parent.log_dict(results, "experiments.json")
     return results

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from components import lifeline
 from components.errors import UserError
 from components.redact import redact_url
 
@@ -127,16 +128,18 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
 def serve(commands: dict[str, list[str]], cwd: Path) -> int:
     """Run the servers until Ctrl-C or SIGTERM (0) or until one exits by itself (1); either way stop them all.
 
-    Each server leads its own process group, so stopping one stops what it started too (mlflow's uvicorn workers
-    and job consumers outlive a terminated `mlflow ui`)."""
-    servers = {name: subprocess.Popen(command, cwd=cwd, start_new_session=True) for name, command in commands.items()}
-    try:
-        while all(process.poll() is None for process in servers.values()):
-            time.sleep(1)
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        stop_process_groups(list(servers.values()))
+    Each server runs in a process group of its own, so stopping one stops what it started too (mlflow's uvicorn
+    workers and job consumers outlive a terminated `mlflow ui`); the groups are tied to this process
+    (`lifeline.tied`), so they stop even when `star ui` is killed with SIGKILL."""
+    with contextlib.ExitStack() as stack:
+        servers = {name: stack.enter_context(lifeline.tied(command, cwd=cwd)) for name, command in commands.items()}
+        try:
+            while all(process.poll() is None for process in servers.values()):
+                time.sleep(1)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            stop_process_groups(list(servers.values()))
     name, process = next((name, p) for name, p in servers.items() if p.returncode is not None)
     print(f"star ui: error: the {name} server exited with code {process.returncode} (its log is above)",
           file=sys.stderr)

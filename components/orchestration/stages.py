@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from components import lifeline
 from components.environ import snapshot as environ_snapshot
 from components.redact import redact_url
 
@@ -79,21 +80,24 @@ def classify(stage: str, log: str) -> str:
 def run_stage(stage: str, root: str | Path, env: Mapping[str, str], force: bool = False,
               on_line: Callable[[str], None] | None = None, devices: tuple[str, ...] = ()) -> StageOutcome:
     """Reproduce one stage; stream its log to `on_line`; raise StageFailed with the log tail on failure. URL
-    passwords and tokens in the log (a traceback quoting an endpoint) are masked before they go anywhere."""
+    passwords and tokens in the log (a traceback quoting an endpoint) are masked before they go anywhere.
+
+    `dvc repro` is tied to this process (`lifeline.tied`): killing `star run`, even with SIGKILL, stops it and the
+    stage under it instead of leaving them to finish beside a rerun."""
     started = time.time()
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     lines: list[str] = []
-    process = subprocess.Popen(repro_command(stage, force), cwd=root, env=stage_environment(env),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    assert process.stdout is not None
-    for line in process.stdout:
-        line = redact_url(line.rstrip("\n"))
-        tail.append(line)
-        if len(lines) < 200:  # DVC's own status lines come first
-            lines.append(line)
-        if on_line:
-            on_line(line)
-    returncode = process.wait()
+    with lifeline.tied(repro_command(stage, force), cwd=root, env=stage_environment(env), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, errors="replace") as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = redact_url(line.rstrip("\n"))
+            tail.append(line)
+            if len(lines) < 200:  # DVC's own status lines come first
+                lines.append(line)
+            if on_line:
+                on_line(line)
+        returncode = process.wait()
     finished = time.time()
     if returncode != 0:
         raise StageFailed(stage, returncode, "\n".join(tail))

@@ -143,3 +143,38 @@ def test_sigterm_stops_star_ui_and_every_server_process(project):
         star.kill()
         star.wait()
         kill_all(live_processes_with(marker))
+
+
+@pytest.mark.slow
+def test_sigkill_of_star_ui_stops_every_server_process_and_frees_both_ports(project):
+    """SIGKILL runs no cleanup in `star ui`: the servers must notice by themselves that it is gone."""
+    import httpx
+
+    marker = uuid.uuid4().hex
+    mlflow_port, prefect_port = free_port(), free_port()
+    with open(project / "ui.log", "w") as log:
+        star = subprocess.Popen([str(BIN / "star"), "ui", "--start", "--mlflow-port", str(mlflow_port),
+                                 "--prefect-port", str(prefect_port)], cwd=project, stdout=log,
+                                stderr=subprocess.STDOUT, env=ui_environment(project, marker))
+    try:
+        deadline = time.monotonic() + 300  # both servers, on a loaded 2-core machine
+        for url in (f"http://127.0.0.1:{mlflow_port}/", f"http://127.0.0.1:{prefect_port}/api/health"):
+            while True:
+                assert star.poll() is None, (project / "ui.log").read_text()[-3000:]
+                assert time.monotonic() < deadline, f"{url} did not come up:\n{(project / 'ui.log').read_text()}"
+                try:
+                    if httpx.get(url, timeout=2).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+
+        star.kill()
+        star.wait()
+        left = gone_within(marker, 60)  # the servers' own shutdown, then SIGKILL for what is left
+        assert left == [], [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for pid in left]
+        assert not commands.port_in_use(mlflow_port) and not commands.port_in_use(prefect_port)
+    finally:
+        star.kill()
+        star.wait()
+        kill_all(live_processes_with(marker))
