@@ -162,6 +162,7 @@ def _set_parent_death_signal(sig: int) -> None:
 _GROUPS: set[int] = set()  # the process groups `tied` started and that still run: where stop signals are forwarded
 _GROUPS_LOCK = threading.RLock()  # re-entrant: a stop signal may arrive while this thread starts a child
 _STOPPING = threading.Event()
+_STOP_SIGNAL = [signal.SIGINT]  # the signal that set _STOPPING
 
 
 class Stopping(RuntimeError):
@@ -171,6 +172,14 @@ class Stopping(RuntimeError):
 def stopping() -> bool:
     """Whether this `star` command got SIGTERM or Ctrl-C: start nothing new, retry nothing."""
     return _STOPPING.is_set()
+
+
+def raise_if_stopping() -> None:
+    """Once this command is stopping, what its children report is the stop, not a failure of theirs (a stage that got
+    the forwarded signal exits non-zero, and its dvc with it, sometimes before the signal interrupts our own wait):
+    raise it as the interruption it is, `Terminated` for SIGTERM, else KeyboardInterrupt."""
+    if _STOPPING.is_set():
+        raise Terminated() if _STOP_SIGNAL[0] == signal.SIGTERM else KeyboardInterrupt()
 
 
 def guarded(command: Sequence[str]) -> list[str]:
@@ -190,6 +199,7 @@ def signal_group(pgid: int, sig: int) -> None:
 def forward_stop(sig: int) -> None:
     """Pass a stop signal this command got on to the groups of its tied children (each in a session of its own, so
     neither a terminal's Ctrl-C nor a signal to our own group reaches them), and start nothing new from now on."""
+    _STOP_SIGNAL[0] = sig
     _STOPPING.set()
     with _GROUPS_LOCK:
         groups = list(_GROUPS)

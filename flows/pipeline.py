@@ -116,6 +116,7 @@ def pipeline(stages: list[str] | None = None, preset: str | None = None, experim
                 node, str(root_path), parent, force, slots, wait_for=upstream)
         statuses, failures = _collect(futures)
         parent.log_dict(statuses, "stages.json")
+        lifeline.raise_if_stopping()  # stages stopped by our SIGTERM / Ctrl-C did not fail
         if failures:
             raise RuntimeError("pipeline failed:\n" + "\n".join(failures))
     return statuses

@@ -47,6 +47,7 @@ def run_variant(variant: str, overrides: list[str], exp_name: str, root: str, sw
                 logger.info(line.rstrip("\n"))
             returncode = process.wait()
         if returncode != 0:
+            lifeline.raise_if_stopping()  # stopped by our SIGTERM / Ctrl-C, not failed
             raise RuntimeError(f"variant '{variant}' ({' '.join(overrides)}) failed; last lines:\n" + "\n".join(tail))
     return exp_name
 

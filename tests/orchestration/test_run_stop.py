@@ -72,8 +72,10 @@ def test_stopping_star_run_leaves_no_dvc_or_stage_process_behind(blocked_stage_p
         log = (blocked_stage_project.parent / "run.log").read_text()
         assert left == [], f"still running {len(left)} process(es) after `star run` got {stop.name}:\n{log[-3000:]}"
         assert not lifeline.is_alive(stage)
-        if stop != signal.SIGKILL:  # stopped like the stage under it: cleanly, with its own exit code
-            assert code == 128 + stop and "Task run 'world' - interrupted" in log, log[-3000:]
+        if stop != signal.SIGKILL:  # stopped like the stage under it: cleanly, with its own exit code, whether
+            # the signal interrupted our wait first or the stage's non-zero exit reached the flow first
+            assert code == 128 + stop, log[-3000:]
+            assert "\ninterrupted\n" in log and "pipeline failed" not in log, log[-3000:]
     finally:
         os.close(writer)
         star.kill()
