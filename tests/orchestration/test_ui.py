@@ -112,18 +112,18 @@ def test_a_server_that_exits_by_itself_fails_star_ui_and_stops_the_other_with_it
         kill_all(live_processes_with(marker, where="cmdline"))
 
 
-@pytest.mark.slow
-def test_sigterm_stops_star_ui_and_every_server_process(project):
+def start_ui(project: Path, marker: str) -> tuple[subprocess.Popen, int, int]:
+    """`star ui --start` on free ports, once both servers answer: the process, the MLflow and the Prefect port (its
+    output in project/ui.log)."""
     import httpx
 
-    marker = uuid.uuid4().hex
     mlflow_port, prefect_port = free_port(), free_port()
     with open(project / "ui.log", "w") as log:
         star = subprocess.Popen([str(BIN / "star"), "ui", "--start", "--mlflow-port", str(mlflow_port),
                                  "--prefect-port", str(prefect_port)], cwd=project, stdout=log,
                                 stderr=subprocess.STDOUT, env=ui_environment(project, marker))
+    deadline = time.monotonic() + 300  # both servers, on a loaded 2-core machine
     try:
-        deadline = time.monotonic() + 300  # both servers, on a loaded 2-core machine
         for url in (f"http://127.0.0.1:{mlflow_port}/", f"http://127.0.0.1:{prefect_port}/api/health"):
             while True:
                 assert star.poll() is None, (project / "ui.log").read_text()[-3000:]
@@ -134,6 +134,19 @@ def test_sigterm_stops_star_ui_and_every_server_process(project):
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.5)
+    except BaseException:
+        star.kill()
+        star.wait()
+        kill_all(live_processes_with(marker))
+        raise
+    return star, mlflow_port, prefect_port
+
+
+@pytest.mark.slow
+def test_sigterm_stops_star_ui_and_every_server_process(project):
+    marker = uuid.uuid4().hex
+    star, _, _ = start_ui(project, marker)
+    try:
         assert len(live_processes_with(marker)) > 3  # star, both servers, mlflow's uvicorn and job consumers
 
         star.send_signal(signal.SIGTERM)
@@ -148,27 +161,9 @@ def test_sigterm_stops_star_ui_and_every_server_process(project):
 @pytest.mark.slow
 def test_sigkill_of_star_ui_stops_every_server_process_and_frees_both_ports(project):
     """SIGKILL runs no cleanup in `star ui`: the servers must notice by themselves that it is gone."""
-    import httpx
-
     marker = uuid.uuid4().hex
-    mlflow_port, prefect_port = free_port(), free_port()
-    with open(project / "ui.log", "w") as log:
-        star = subprocess.Popen([str(BIN / "star"), "ui", "--start", "--mlflow-port", str(mlflow_port),
-                                 "--prefect-port", str(prefect_port)], cwd=project, stdout=log,
-                                stderr=subprocess.STDOUT, env=ui_environment(project, marker))
+    star, mlflow_port, prefect_port = start_ui(project, marker)
     try:
-        deadline = time.monotonic() + 300  # both servers, on a loaded 2-core machine
-        for url in (f"http://127.0.0.1:{mlflow_port}/", f"http://127.0.0.1:{prefect_port}/api/health"):
-            while True:
-                assert star.poll() is None, (project / "ui.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, f"{url} did not come up:\n{(project / 'ui.log').read_text()}"
-                try:
-                    if httpx.get(url, timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.5)
-
         star.kill()
         star.wait()
         left = gone_within(marker, 60)  # the servers' own shutdown, then SIGKILL for what is left
