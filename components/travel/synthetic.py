@@ -28,8 +28,8 @@ CUISINES = (
 HOUSE_RULES = ("No parties", "No smoking", "No children under 10", "No pets", "No visitors")
 ROOM_TYPES = ("Entire home/apt", "Private room", "Shared room")
 
-# Every invented name (the synthetic world's, the renamed SFT records', the copy task's, the QA encyclopedia's) is 2-3
-# of these syllables; the tiny tokenizer splits such names into them, so a name never seen tokenizes like seen ones.
+# Every invented name (the synthetic world's and the QA encyclopedia's) is 2-3 of these syllables, so held-out cities
+# and entities look like the ones in training.
 NAME_SYLLABLES = (
     "ba", "bel", "bri", "ca", "cor", "da", "del", "dro", "fa", "fen", "ga", "gor", "ha", "hel", "ka", "kel", "la",
     "len", "lo", "ma", "mer", "mo", "na", "nor", "no", "pa", "pel", "ra", "ren", "ro", "sa", "sel", "so", "ta",

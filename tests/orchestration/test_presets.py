@@ -155,10 +155,13 @@ def test_switching_back_to_tiny_restores_every_value_of_the_params_files(name, t
 
 def test_smoke_shrinks_every_step_budget_of_the_tiny_pipeline():
     tiny, smoke = (leaves(yaml.safe_load((PRESETS / f"{n}.yaml").read_text())) for n in ("tiny", "smoke"))
-    budgets = ("sft.max_steps", "rl.max_steps", "queries.sizes.sft", "queries.sizes.rl", "queries.sizes.val",
+    budgets = ("sft.max_steps", "queries.sizes.sft", "queries.sizes.rl", "queries.sizes.val",
                "ood_qa.questions_per_dataset", "toolstar.tasks.sft.multi_hop", "toolstar.tasks.sft.compute",
                "toolstar_sft.max_steps")
     assert all(smoke[key] * 8 <= tiny[key] for key in budgets), {k: (tiny[k], smoke[k]) for k in budgets}
+    # RL keeps two steps in smoke (a resume between steps is part of the wiring), each of a two-layer model's rollouts
+    assert smoke["rl.max_steps"] == 2 <= tiny["rl.max_steps"]
+    assert smoke["rl.queries_per_step"] < tiny["rl.queries_per_step"]
     assert (tiny["model.kind"], smoke["model.kind"]) == ("pretrained", "random")  # smoke: SmolLM2's shape, 2 layers
 
 
