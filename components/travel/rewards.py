@@ -4,6 +4,12 @@ Five components per trajectory: cs_micro (passed / 8), hard_micro (passed / appl
 success (0 or 1). SUM is their (weighted) mean, MACRO the mean of cs_macro, hard_macro and success, SUCCESS the
 success bit, CURRICULUM switches SUM -> MACRO -> SUCCESS at the training-progress boundaries. A trajectory with no
 parseable plan, or one that ended on a protocol failure, gets the format reward instead.
+
+Commonsense credit goes only to a plan with its days filled: one that passes `is_not_absent` (every day of the query
+present, each with the transport, meals, attraction and accommodation it needs). Several checks pass on emptiness,
+so without this gate a plan of days holding only `current_city` would earn SUM 0.15 (6 of 8 checks), more than an
+honest attempt that fails. The hard checks have the same gate in the evaluator, and MACRO and SUCCESS need every
+commonsense check, so all three kinds give such a plan 0.
 """
 from __future__ import annotations
 
@@ -13,6 +19,7 @@ from components.travel.evaluator import COMMONSENSE_CHECKS, PlanEvaluation
 
 KINDS = ("sum", "macro", "success", "curriculum")
 COMPONENTS = ("cs_micro", "hard_micro", "cs_macro", "hard_macro", "success")
+FILLED_DAYS_CHECK = "is_not_absent"  # the gate of commonsense credit (and, in the evaluator, of the hard checks)
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,9 @@ class RewardBreakdown:
 
 
 def components(evaluation: PlanEvaluation) -> dict[str, float]:
-    """The five reward components of one evaluation."""
-    cs_passed = sum(evaluation.commonsense[name].passed for name in COMMONSENSE_CHECKS)
+    """The five reward components of one evaluation (cs_micro 0 unless the plan has its days filled)."""
+    days_filled = evaluation.commonsense[FILLED_DAYS_CHECK].passed
+    cs_passed = sum(evaluation.commonsense[name].passed for name in COMMONSENSE_CHECKS) if days_filled else 0
     applicable = [r for r in evaluation.hard.values() if r.status != "n/a"]
     hard_passed = sum(r.passed for r in applicable)
     return {

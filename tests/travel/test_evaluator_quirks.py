@@ -11,6 +11,7 @@ import pytest
 
 from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
 from components.travel.queries import Query
+from components.travel.rewards import reward
 from components.travel.world import World
 
 DATES = ("2022-03-01", "2022-03-02", "2022-03-03")
@@ -279,3 +280,20 @@ def test_star_evaluate_raw_scores_the_plan_as_written(world, rewrite, broken):
     failed = [check for group in ("commonsense", "hard") for check in verdict[group].values()
               if check["status"] == "fail"]
     assert failed and all(check["reason"] for check in failed)
+
+
+def test_a_plan_of_empty_days_earns_no_commonsense_credit(world):
+    """A 3-day plan with only `current_city` filled passes six commonsense checks on emptiness; SUM gives it no
+    credit for them (it scored 0.15, more than an honest failure), as MACRO and SUCCESS give it none."""
+    query = make_query()
+    empty_days = [{"day": d, "current_city": city, "transportation": "-", "breakfast": "-", "attraction": "-",
+                   "lunch": "-", "dinner": "-", "accommodation": "-"}
+                  for d, city in ((1, "from Boston to Springfield"), (2, "Springfield"),
+                                  (3, "from Springfield to Boston"))]
+    evaluation = evaluate_plan(world, query, empty_days)
+    assert evaluation.delivered and not evaluation.commonsense["is_not_absent"].passed
+    assert sum(r.passed for r in evaluation.commonsense.values()) >= 5  # the checks that pass on emptiness
+    for kind in ("sum", "macro", "success"):
+        r = reward(evaluation, kind)
+        assert (r.reward, r.cs_micro) == (0.0, 0.0), kind
+    assert reward(evaluation, "sum", format_reward=-1.0).reward == 0.0  # a delivered plan: no format penalty

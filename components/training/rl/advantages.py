@@ -8,17 +8,23 @@ reward; the advantage of every sampled token of trajectory i is
     Dr.GRPO:  A_i =  R_i - mean(R_group)                              (scale_rewards="none")
 
 `std` is the sample standard deviation (Bessel's correction, as `torch.std` and TRL); a group of one has std 0.
+A group whose rewards are all equal (within `TIE_TOLERANCE`) carries no signal and gets A_i = 0 exactly: computed
+naively, its mean can sit one rounding step away from the rewards, and that residue divided by a std of the same size
+plus eps becomes an advantage of one sign (|A| ~ 0.1 for eight SUM rewards of 0.15 in float32). Rewards are taken in
+float64 for the same reason.
 
 AEPO (arXiv 2510.14545) then weights each sampled token's advantage by its entropy, `entropy_aware_advantages`.
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
 
 ScaleRewards = Literal["group", "batch", "none"]
 EPS = 1e-6
+TIE_TOLERANCE = 1e-9  # rewards closer than this are equal (DAPO's dynamic sampling drops such groups too)
 
 
 def group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -45,6 +51,14 @@ def group_std(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     return variance.sqrt()[index]
 
 
+def tied_groups(rewards: torch.Tensor, group_ids: torch.Tensor, tol: float = TIE_TOLERANCE) -> torch.Tensor:
+    """True for every trajectory whose group's rewards all lie within `tol` of each other, shape (B,)."""
+    index, n_groups = group_index(group_ids)
+    highest = torch.full((n_groups,), -math.inf, dtype=rewards.dtype).scatter_reduce(0, index, rewards, "amax")
+    lowest = torch.full((n_groups,), math.inf, dtype=rewards.dtype).scatter_reduce(0, index, rewards, "amin")
+    return (highest - lowest <= tol)[index]
+
+
 def batch_std(rewards: torch.Tensor) -> torch.Tensor:
     """Sample std of R over the whole batch (a scalar tensor); 0 for a batch of one."""
     if rewards.numel() < 2:
@@ -55,9 +69,11 @@ def batch_std(rewards: torch.Tensor) -> torch.Tensor:
 def group_advantages(
     rewards: torch.Tensor, group_ids: torch.Tensor, scale_rewards: ScaleRewards = "group", eps: float = EPS
 ) -> torch.Tensor:
-    """A_i per trajectory, shape (B,): (R_i - group mean), divided by the std that `scale_rewards` names."""
-    rewards = rewards.to(torch.float64) if rewards.dtype == torch.float64 else rewards.float()
+    """A_i per trajectory, shape (B,), in float64: (R_i - group mean), divided by the std that `scale_rewards` names;
+    exactly 0 in a tied group."""
+    rewards = rewards.to(torch.float64)
     centred = rewards - group_mean(rewards, group_ids)
+    centred = torch.where(tied_groups(rewards, group_ids), torch.zeros_like(centred), centred)
     if scale_rewards == "group":
         return centred / (group_std(rewards, group_ids) + eps)
     if scale_rewards == "batch":

@@ -1,7 +1,7 @@
 """DAPO's sampling-side pieces: dynamic sampling and overlong reward shaping (Yu et al., 2025).
 
-Dynamic sampling: a group whose rewards are all equal has zero advantage everywhere and contributes no gradient,
-so it is dropped and more queries are sampled until the batch holds `target_groups` informative groups, with a cap
+Dynamic sampling: a group whose task rewards are all equal (DAPO filters on accuracy, before any length shaping) is
+dropped and more queries are sampled until the batch holds `target_groups` informative groups, with a cap
 on the extra rounds (after which the step trains on what it has).
 
 Overlong shaping (soft overlong punishment), with L the response length, L_max the limit, L_cache the soft zone:
@@ -16,11 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
+from components.training.rl.advantages import TIE_TOLERANCE
+
 G = TypeVar("G")
 
 
-def is_informative(rewards: Sequence[float], tol: float = 1e-9) -> bool:
-    """True when a group's rewards are not all equal (it has a non-zero advantage somewhere)."""
+def is_informative(rewards: Sequence[float], tol: float = TIE_TOLERANCE) -> bool:
+    """True when a group's rewards are not all equal (`group_advantages` gives it a non-zero advantage somewhere)."""
     return len(rewards) > 1 and (max(rewards) - min(rewards)) > tol
 
 

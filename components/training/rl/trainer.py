@@ -239,6 +239,12 @@ def score_groups(groups: list[list[dict]], params: RLParams, progress: float,
     return [[Scored(r, reward(r, params, progress)) for r in group] for group in groups]
 
 
+def group_task_rewards(group: list[Scored]) -> list[float]:
+    """What DAPO's dynamic sampling filters a group on: its task rewards, without the overlong shaping (the DAPO
+    recipe filters on accuracy; episodes that fail alike but differ in length are still a tied group)."""
+    return [s.reward.task for s in group]
+
+
 def branching_groups(engine: RolloutEngine, queries: list[Query], params: RLParams, rng: random.Random) -> ArpoGroups:
     """The step's groups from the branching tree: AEPO's rule and budget split when `aepo.enabled`, else ARPO's."""
     arpo, aepo = params.arpo, params.aepo
@@ -270,7 +276,7 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
             batch.sampled.extend(groups)
             return groups
 
-        result = dynamic_sampling(sample, lambda g: [s.reward.total for s in g], len(queries),
+        result = dynamic_sampling(sample, group_task_rewards, len(queries),
                                   params.dynamic_sampling.max_extra_rounds)
         batch.groups = result.groups
         batch.extra.update({"dapo/rounds": result.rounds, "dapo/sampled_groups": result.sampled_groups,
@@ -450,7 +456,7 @@ def step_advantages(groups: list[list[Scored]], scale_rewards: str) -> tuple[lis
     if not scored:
         return scored, []
     group_ids = torch.tensor([g for g, group in enumerate(groups) for _ in group])
-    rewards = torch.tensor([s.reward.total for s in scored], dtype=torch.float32)
+    rewards = torch.tensor([s.reward.total for s in scored], dtype=torch.float64)
     return scored, group_advantages(rewards, group_ids, scale_rewards).tolist()
 
 

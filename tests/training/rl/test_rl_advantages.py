@@ -1,4 +1,5 @@
 """GRPO / Dr.GRPO advantages on hand-made rewards, with the numbers worked out by hand."""
+import itertools
 import math
 
 import pytest
@@ -79,3 +80,53 @@ def test_equal_entropies_leave_the_advantages_alone():
     assert entropy_moments(entropy, mask) == (pytest.approx(0.7), 1.0)  # std 0 -> 1: no division by zero
     assert entropy_aware_advantages(adv, entropy, mask, 0.2)[0].tolist() == pytest.approx([1.0, -2.0])
     assert entropy_moments(torch.tensor([[4.0]]), torch.ones(1, 1)) == (4.0, 1.0)  # one token: no std either
+
+
+def sum_reward_values() -> set[float]:
+    """Every SUM reward a delivered plan can earn (equal weights): cs_micro k/8, hard_micro j/n over the n
+    applicable hard checks (valid_cost always applies), and the three 0/1 components, through the reward function."""
+    from components.travel.rewards import RewardWeights, _weighted_mean, COMPONENTS
+
+    values = set()
+    for k in range(9):
+        for n in range(1, 6):
+            for j in range(n + 1):
+                for cs_macro, hard_macro, success in itertools.product((0.0, 1.0), repeat=3):
+                    comps = {"cs_micro": k / 8, "hard_micro": j / n, "cs_macro": cs_macro, "hard_macro": hard_macro,
+                             "success": success}
+                    values.add(_weighted_mean(comps, RewardWeights(), COMPONENTS))
+    return values
+
+
+def macro_reward_values() -> set[float]:
+    return {(a + b + c) / 3 for a, b, c in itertools.product((0.0, 1.0), repeat=3)}
+
+
+def toolstar_reward_values() -> set[float]:
+    """Tool-Star's: -1 (format), 0, a token F1 2c / (p + g) of answers up to 12 tokens, and F1 + the multi-tool
+    bonus."""
+    from components.toolstar.reward import MULTI_TOOL_BONUS
+
+    f1s = {2 * c / (p + g) for p in range(1, 13) for g in range(1, 13) for c in range(1, min(p, g) + 1)}
+    return {-1.0, 0.0, *f1s, *(f1 + MULTI_TOOL_BONUS for f1 in f1s)}
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "batch", "none"])
+def test_a_tied_group_has_an_advantage_of_exactly_zero_for_every_reward_value_and_group_size(scale_rewards):
+    """Eight SUM rewards of 0.15 once got |A| ~ 0.1, all of one sign (the float32 mean one rounding step off,
+    divided by a std of the same size): every value SUM, MACRO and Tool-Star can produce, tied in groups of 2 to 16,
+    next to an informative group (so batch scaling has a std), gives exactly 0."""
+    values = sorted(sum_reward_values() | macro_reward_values() | toolstar_reward_values() | {-1.0, -0.5})
+    assert len(values) > 300
+    for size in range(2, 17):
+        for value in values:
+            rewards = torch.tensor([value] * size + [0.0, 1.0], dtype=torch.float32)
+            groups = torch.tensor([0] * size + [1, 1])
+            adv = group_advantages(rewards, groups, scale_rewards)
+            assert adv[:size].abs().max().item() == 0.0, (value, size)
+            assert adv[size:].abs().min().item() > 0.4  # the informative group keeps its signal
+
+
+def test_rewards_that_differ_only_by_float_noise_are_a_tie():
+    rewards = torch.tensor([0.15, 0.15 + 1e-12, 0.15], dtype=torch.float64)
+    assert group_advantages(rewards, torch.tensor([0, 0, 0]), "group").tolist() == [0.0, 0.0, 0.0]

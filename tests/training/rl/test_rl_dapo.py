@@ -1,4 +1,6 @@
 """DAPO dynamic sampling and overlong shaping."""
+import random
+
 import pytest
 
 from components.training.rl.dapo import dynamic_sampling, is_informative, overlong_penalty
@@ -41,3 +43,27 @@ def test_dynamic_sampling_stops_at_the_cap_and_trains_on_what_it_has():
     assert result.rounds == 2
     assert len(result.groups) == 2
     assert not result.filled
+
+
+def test_dynamic_sampling_drops_failed_episodes_that_differ_only_in_length():
+    """DAPO filters on the task reward (its accuracy), not on the total with the overlong penalty: four episodes
+    that all fail, one of them past the soft overlong zone, are a tied group and dropped; a group with a delivered
+    plan is kept."""
+    from types import SimpleNamespace
+
+    from components.training.rl.params import RLParams
+    from components.training.rl.rewards import trajectory_reward
+    from components.training.rl.trainer import collect_rollouts
+
+    params = RLParams.model_validate({"algorithm": "dapo", "num_generations": 4, "queries_per_step": 1,
+                                      "dynamic_sampling": {"max_extra_rounds": 0},
+                                      "overlong": {"max_tokens": 100, "cache_tokens": 50}})
+    failed = [{"plan": None, "termination": "turn_limit", "response_mask": [1] * length}
+              for length in (10, 20, 30, 90)]
+    totals = [trajectory_reward(r, params, 0.0).total for r in failed]
+    assert len(set(totals)) == 2  # the long one carries an overlong penalty: the totals differ
+    engine = SimpleNamespace(groups=lambda queries, g: [failed], source=SimpleNamespace(reward=trajectory_reward))
+    batch = collect_rollouts(engine, ["query"], lambda n: ["query"] * n, params, 0.0, random.Random(0))
+    assert batch.groups == []
+    assert batch.extra["dapo/dropped_groups"] == 1 and batch.extra["dapo/kept_groups"] == 0
+    assert len(batch.sampled) == 1  # still logged with the step's rewards

@@ -15,7 +15,8 @@ def fake_strict(cs_pass: int, hard: dict[str, str], delivered=True) -> dict:
              "is_not_absent"]
     return {"strict": {"mode": "strict", "delivered": delivered, "final_pass": False, "total_cost": 1.0,
                        "plan_error": None,
-                       "commonsense": {n: {"status": "pass" if i < cs_pass else "fail", "reason": ""}
+                       # the first checks fail, is_not_absent (the gate of commonsense credit) last
+                       "commonsense": {n: {"status": "pass" if i >= len(names) - cs_pass else "fail", "reason": ""}
                                        for i, n in enumerate(names)},
                        "hard": {n: {"status": s, "reason": ""} for n, s in hard.items()}}}
 
