@@ -20,8 +20,6 @@ from typing import Literal
 
 import torch
 
-from components.training.rl.params import LOSS_TYPE_ALIASES
-
 LossType = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 
 
@@ -83,11 +81,16 @@ def clip_fraction(
     return {"clip_fraction_low": low, "clip_fraction_high": hi, "clip_fraction": low + hi}
 
 
+KL_LOG_RATIO_CLAMP = 20.0  # |ref_t - logp_t| is clamped here before the exp (verl's low_var_kl)
+KL_CLAMP = 10.0  # and KL_t at this value: one token the policy has made far likelier than the reference cannot
+# turn the KL term into inf or swamp the step's gradient (exp(30) ~ 1e13)
+
+
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """KL_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1 on sampled tokens, 0 elsewhere (the k3 estimator of
-    KL(pi || ref))."""
-    delta = masked_log_ratio(ref_logprobs, logprobs, mask)  # ref - logp, 0 where masked
-    return torch.exp(delta) - delta - 1.0
+    KL(pi || ref)), with the log-ratio clamped to +-KL_LOG_RATIO_CLAMP and KL_t to at most KL_CLAMP, as verl does."""
+    delta = masked_log_ratio(ref_logprobs, logprobs, mask).clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+    return (torch.exp(delta) - delta - 1.0).clamp(max=KL_CLAMP)
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -114,10 +117,9 @@ def aggregate_loss(
     gives exactly the loss of the whole mini-batch, so the caller never divides by the number of micro-batches.
 
     - token-mean:               sum_i sum_t loss_it / (tokens in the whole mini-batch)          (DAPO; TRL "dapo")
-    - seq-mean-token-mean:      sum_i [sum_t loss_it / |o_i|] / (sequences in the mini-batch)   (GRPO; TRL "grpo")
-    - seq-mean-token-sum-norm:  sum_i sum_t loss_it / (sequences in the mini-batch * L_max)    (Dr.GRPO constant)
+    - seq-mean-token-mean:      sum_i [sum_t loss_it / |o_i|] / (sequences in the mini-batch)   (GRPO paper; TRL "grpo")
+    - seq-mean-token-sum-norm:  sum_i sum_t loss_it / (sequences in the mini-batch * L_max)    (Dr.GRPO; TRL "dr_grpo")
     """
-    loss_type = LOSS_TYPE_ALIASES.get(loss_type, loss_type)
     m = mask.to(token_loss.dtype)
     per_token = token_loss * m
     if loss_type == "token-mean":

@@ -15,8 +15,10 @@ from pydantic import Field, model_validator
 from components.agent.params import DecoderParams, LimitsParams
 from components.params import Params
 
-# TRL's loss_type names with the same meaning (TRL's "bnpo" normalises per process, which we never do).
-LOSS_TYPE_ALIASES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm"}
+# One name per loss aggregation (verl's). TRL's loss_type names are refused with the name to write instead: its
+# "grpo" (seq-mean-token-mean) would read as the aggregation of `algorithm: grpo`, which is token-mean here.
+TRL_LOSS_TYPES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm",
+                  "bnpo": "token-mean (normalised over the whole mini-batch on every process)"}
 
 Algorithm = Literal["grpo", "dr_grpo", "dapo", "arpo", "aepo"]
 
@@ -214,8 +216,11 @@ class RLParams(Params):
                 merged[key] = {**given, **{k: v for k, v in value.items() if given.get(k) is None}}
             elif given is None:
                 merged[key] = value
-        if merged.get("loss_type") in LOSS_TYPE_ALIASES:
-            merged["loss_type"] = LOSS_TYPE_ALIASES[merged["loss_type"]]
+        trl_name = merged.get("loss_type")
+        if isinstance(trl_name, str) and trl_name in TRL_LOSS_TYPES:
+            raise ValueError(f"loss_type: {trl_name!r} is TRL's name; here each aggregation has one name: write "
+                             f"loss_type: {TRL_LOSS_TYPES[trl_name].split(' ')[0]} (TRL's {trl_name} = "
+                             f"{TRL_LOSS_TYPES[trl_name]}), or null for the algorithm's default")
         return merged
 
     @model_validator(mode="after")
@@ -223,6 +228,14 @@ class RLParams(Params):
         if self.aepo.enabled and not self.arpo.enabled:
             raise ValueError("aepo.enabled needs arpo.enabled: AEPO's rollout is ARPO's branching tree (algorithm: "
                              "aepo turns both on)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_sampling_rule(self) -> "RLParams":
+        if self.arpo.enabled and self.dynamic_sampling.enabled:
+            raise ValueError("arpo.enabled and dynamic_sampling.enabled cannot be combined: ARPO's (and AEPO's) "
+                             "branching tree is its own sampling rule and DAPO's filter never sees its groups; set "
+                             "dynamic_sampling.enabled: false (or false for arpo.enabled to keep DAPO's filter)")
         return self
 
     @model_validator(mode="after")

@@ -239,11 +239,30 @@ def test_the_algorithm_sets_the_defaults_of_its_knobs(algorithm, expected):
     assert (p.scale_rewards, p.loss_type, p.epsilon_high, p.dynamic_sampling.enabled, p.arpo.enabled) == expected
 
 
-def test_explicit_knobs_win_over_the_algorithm_defaults_and_trl_names_are_accepted():
+def test_explicit_knobs_win_over_the_algorithm_defaults():
     p = RLParams.model_validate({"algorithm": "dapo", "epsilon_high": 0.3, "dynamic_sampling": {"max_extra_rounds": 5},
-                                 "loss_type": "grpo"})
+                                 "loss_type": "seq-mean-token-mean"})
     assert (p.epsilon_high, p.dynamic_sampling.enabled, p.dynamic_sampling.max_extra_rounds, p.loss_type) == \
         (0.3, True, 5, "seq-mean-token-mean")
+
+
+@pytest.mark.parametrize("trl_name, ours", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean"),
+                                             ("dr_grpo", "seq-mean-token-sum-norm"), ("bnpo", "token-mean")])
+def test_a_loss_aggregation_has_one_name(trl_name, ours):
+    """`algorithm: grpo` aggregates by token-mean; TRL's loss_type "grpo" is seq-mean-token-mean. Accepting both
+    would give "grpo" two meanings, so TRL's names are refused with the name to write."""
+    with pytest.raises(ValueError, match=f"write loss_type: {ours}"):
+        RLParams.model_validate({"loss_type": trl_name})
+
+
+def test_arpo_branching_with_dapo_dynamic_sampling_is_refused():
+    """ARPO's rollouts skip DAPO's sampling filter (the step's sampled batch was left empty): the pair is refused
+    when the params are read, whichever way it is asked for."""
+    for asked in ({"algorithm": "arpo", "dynamic_sampling": {"enabled": True}},
+                  {"algorithm": "dapo", "arpo": {"enabled": True}},
+                  {"algorithm": "aepo", "dynamic_sampling": {"enabled": True}}):
+        with pytest.raises(ValueError, match="arpo.enabled and dynamic_sampling.enabled"):
+            RLParams.model_validate(asked)
 
 
 def test_bad_params_name_the_key(tmp_path):

@@ -103,7 +103,8 @@ def test_seq_mean_token_mean_and_dr_grpo_constant():
     assert seq_mean.item() == pytest.approx((2.0 + 10.0) / 2)
     dr = aggregate_loss(loss, mask, "seq-mean-token-sum-norm", 4, 2, 3)
     assert dr.item() == pytest.approx(16.0 / (2 * 3))
-    assert aggregate_loss(loss, mask, "dr_grpo", 4, 2, 3).item() == pytest.approx(dr.item())  # TRL's name
+    with pytest.raises(ValueError, match="loss_type must be one of"):
+        aggregate_loss(loss, mask, "dr_grpo", 4, 2, 3)  # TRL's name: one name per aggregation here
 
 
 def test_masked_logprobs_never_leak_into_ratios_or_gradients():
@@ -117,6 +118,20 @@ def test_masked_logprobs_never_leak_into_ratios_or_gradients():
     assert loss.item() == pytest.approx(-1.0)
     assert logp.grad.tolist() == [[-1.0, 0.0, 0.0]]  # d(-r*A)/dlogp = -r*A = -1 on the sampled token only
     assert stats["ratio_mean"] == pytest.approx(1.0)
+
+
+def test_k3_kl_is_clamped_as_verl_clamps_it():
+    """A token the policy made e^30 times likelier than the reference: the unclamped k3 is ~1e13 (inf in bf16) and
+    its gradient as large; clamped, KL_t is 10 and the gradient finite."""
+    logp = torch.tensor([[-30.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[0.0, -1.0]])
+    kl = k3_kl(logp, ref, torch.ones(1, 2))
+    assert kl.tolist() == [[10.0, 0.0]]
+    kl.sum().backward()
+    assert torch.isfinite(logp.grad).all()
+    # inside the clamp the formula is untouched
+    assert k3_kl(torch.tensor([[-1.0]]), torch.tensor([[-3.0]]), torch.ones(1, 1)).item() == pytest.approx(
+        math.exp(-2) + 2 - 1)
 
 
 def test_policy_loss_adds_beta_times_kl():
