@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from components.errors import UserError
 from components.evaluation.validate import run_validation
 from components.models.checkpoints import save_checkpoint as save_hf
-from components.models.loading import load_policy_model, load_tokenizer, resolve_device
+from components.models.loading import load_policy_model, load_tokenizer, resolve_device, resolve_dtype
 from components.training.rl import checkpoint as ckpt
 from components.training.rl.advantages import group_advantages
 from components.training.rl.aepo import aepo_rollouts
@@ -336,7 +336,12 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
     """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser,
     the rollout policy and engine (in the environment of `tasks`; default: travel over `world`), and the weight sync
     between them."""
-    model = load_policy_model(source, dtype=params.dtype, device=device)
+    # The plain torch optimiser steps float32 master weights and the update computes in rl.dtype under autocast
+    # (bf16 weights under plain AdamW lose small updates: at lr 1e-6 one step moves ~2% of them); DeepSpeed's bf16
+    # mode keeps its own float32 master copy.
+    compute_dtype = resolve_dtype(params.dtype, device)
+    plain = params.distributed.strategy == "none"
+    model = load_policy_model(source, dtype="float32" if plain else params.dtype, device=device)
     tokenizer = load_tokenizer(source)
     if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -356,7 +361,8 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
                           recompute_old_logprobs=params.old_logprobs == "recompute",
                           entropy_coeff=params.entropy_coeff,
                           entropy_clipping=params.aepo.enabled and params.aepo.entropy_clipping,
-                          entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0)
+                          entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0,
+                          autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
 
@@ -482,7 +488,7 @@ def reference_logprobs(parts: Parts, rollouts: list[Rollout]) -> list[list[float
     if parts.ref_model is None or not rollouts:
         return None
     return fill_logprobs(parts.ref_model, rollouts, parts.update_config.micro_batch_size, parts.pad_id,
-                         parts.update_config.temperature, overwrite=False)
+                         parts.update_config.temperature, overwrite=False)  # stored in rl.dtype: no autocast
 
 
 def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int,

@@ -10,6 +10,7 @@ log pi(id_t | ids_<t) (position 0 has none and is never trained).
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -106,6 +107,14 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
     return logprobs, entropy
 
 
+def autocast(model, dtype: torch.dtype | None):
+    """Mixed precision for a forward pass: autocast to `dtype` on the model's device, over its float32 master
+    weights (None: compute in the weights' own dtype)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=next(model.parameters()).device.type, dtype=dtype)
+
+
 def by_length(indices: Sequence[int], rollouts: Sequence[Rollout]) -> list[int]:
     """`indices` sorted by sequence length, so micro-batches hold sequences of similar length (less padding)."""
     return sorted(indices, key=lambda i: len(rollouts[i].input_ids))
@@ -118,14 +127,15 @@ def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
 
 @torch.no_grad()
 def fill_logprobs(model, rollouts: Sequence[Rollout], micro_batch_size: int, pad_id: int, temperature: float,
-                  overwrite: bool) -> list[list[float]]:
+                  overwrite: bool, autocast_dtype: torch.dtype | None = None) -> list[list[float]]:
     """Log-probabilities of the trained tokens of every rollout under `model` (no gradient; 0 at untrained
     positions, which nothing reads), e.g. pi_old before the update or pi_ref. With `overwrite`, they also become
     the rollouts' `old_logprobs`."""
     out: list[list[float]] = [[] for _ in rollouts]
     for positions in chunks(by_length(range(len(rollouts)), rollouts), micro_batch_size):
         batch = pad_batch([rollouts[p] for p in positions], pad_id)
-        logprobs, _ = sequence_logprobs(model, batch["input_ids"], temperature, positions=batch["loss_mask"])
+        with autocast(model, autocast_dtype):
+            logprobs, _ = sequence_logprobs(model, batch["input_ids"], temperature, positions=batch["loss_mask"])
         for position, row in zip(positions, logprobs.cpu()):
             out[position] = row[: len(rollouts[position].input_ids)].tolist()
             if overwrite:
@@ -148,6 +158,7 @@ class UpdateConfig:
     entropy_coeff: float = 0.0
     entropy_clipping: bool = False  # AEPO: the upper clip bound keeps a gradient (losses.entropy_balanced_...)
     entropy_advantage_coef: float = 0.0  # AEPO: a of the entropy-aware advantage (0: plain advantages)
+    autocast_dtype: torch.dtype | None = None  # compute in bf16/fp16 over float32 master weights (None: as stored)
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -171,9 +182,10 @@ def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int
     that AEPO's entropy-aware advantage standardises by."""
     batch = pad_batch([rollouts[p] for p in positions], pad_id)
     entropy_map = bool(config.entropy_coeff or config.entropy_advantage_coef)
-    logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
-                                          positions=batch["loss_mask"], with_entropy=True, entropy_map=entropy_map,
-                                          entropy_grad=bool(config.entropy_coeff))
+    with autocast(model, config.autocast_dtype):
+        logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
+                                              positions=batch["loss_mask"], with_entropy=True,
+                                              entropy_map=entropy_map, entropy_grad=bool(config.entropy_coeff))
     device = logprobs.device
     mask = batch["loss_mask"].to(device)
     old_logprobs = logprobs.detach() if current_is_old else batch["old_logprobs"].to(device)
@@ -205,8 +217,9 @@ def minibatch_entropy_stats(model, rollouts: Sequence[Rollout], positions: Seque
     values = []
     for chunk in chunks(by_length(positions, rollouts), config.micro_batch_size):
         batch = pad_batch([rollouts[p] for p in chunk], pad_id)
-        _, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature, positions=batch["loss_mask"],
-                                       entropy_map=True)
+        with autocast(model, config.autocast_dtype):
+            _, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
+                                           positions=batch["loss_mask"], entropy_map=True)
         values.append(entropy[batch["loss_mask"].to(entropy.device).bool()].double().cpu())
     flat = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)
     return entropy_moments(flat, torch.ones_like(flat))
@@ -228,7 +241,8 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     current_is_old = needs_old and is_single_step(config, len(rollouts))
     recompute = needs_old and not current_is_old
     if recompute:
-        fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True)
+        fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True,
+                      autocast_dtype=config.autocast_dtype)
     totals: dict[str, float] = {}
     weight = 0.0
     grad_norms = []

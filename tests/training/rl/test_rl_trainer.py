@@ -402,3 +402,32 @@ def test_a_negative_entropy_coeff_sharpens_the_policy_even_when_every_advantage_
     assert stats["optimizer_steps"] == 1
     assert stats["entropy"] == pytest.approx(before, rel=1e-4)  # logged: the entropy before this step's update
     assert mean_entropy() < before - 1e-3
+
+
+def test_the_plain_optimiser_steps_float32_master_weights_when_rl_computes_in_bf16(tiny_model_dir, tiny_world_dir,
+                                                                                    rl_queries_path, tmp_path):
+    """`dtype: bfloat16` with `strategy: none` (as `dtype: auto` on a GPU): the weights AdamW steps are float32 and
+    the update computes in bf16 under autocast. One step at lr 1e-6 then moves every weight that has a gradient;
+    bf16 weights would keep ~98% of them (a 1e-6 step is below half a bf16 ulp of most weights)."""
+    import torch
+
+    from components.training.rl.trainer import RLPaths, build_parts
+    from components.training.rl.update import Rollout, update_policy
+    from components.travel.world import World
+
+    params = RLParams.model_validate({"dtype": "bfloat16", "learning_rate": 1e-6, "device": "cpu",
+                                      "rollout": {"backend": "hf"}})
+    paths = RLPaths(model=tiny_model_dir, world=tiny_world_dir, queries=rl_queries_path, out=tmp_path / "out",
+                    checkpoints=tmp_path / "ckpt", metrics=tmp_path / "rl.json", plots=tmp_path / "plots")
+    parts = build_parts(params, paths, World.load(tiny_world_dir), tiny_model_dir, total_steps=1, device="cpu")
+    model = parts.optimizer.unwrap()
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert parts.update_config.autocast_dtype == torch.bfloat16
+    layers = {name: p.detach().clone() for name, p in model.named_parameters() if ".layers." in name}
+    rollouts = [Rollout(input_ids=[20, 21, 22, 23, 24, 25], loss_mask=[0, 0, 1, 1, 1, 1], advantage=1.0),
+                Rollout(input_ids=[20, 21, 30, 31, 32, 33], loss_mask=[0, 0, 1, 1, 1, 1], advantage=-1.0)]
+    assert update_policy(model, parts.optimizer, rollouts, parts.update_config, parts.pad_id)["optimizer_steps"] == 1
+    after = dict(model.named_parameters())
+    moved = sum(int((after[n].detach() != before).sum()) for n, before in layers.items())
+    total = sum(before.numel() for before in layers.values())
+    assert moved / total > 0.9
