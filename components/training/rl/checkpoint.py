@@ -27,6 +27,7 @@ import os
 import random
 import re
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,33 @@ class TrainState:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-# Params a resumed run may change: the budget (a longer run continues the shorter one's steps) and checkpointing.
-RESUMABLE_PARAM_CHANGES = ("max_steps", "epochs", "max_minutes", "checkpoint_every", "keep_checkpoints")
+# Params a resumed run may change, as dotted paths into the params: only what does not change what is learned. The
+# budget (a longer run continues the shorter one's steps), checkpointing, and throughput knobs: the device, how
+# rollouts are batched and decoded (backend, episodes per call, decoding rounds, vLLM's memory share), micro-batches
+# (gradient accumulation gives the same update), gradient checkpointing, and the greedy evaluations, which only log.
+RESUMABLE_PARAM_CHANGES = (
+    "max_steps", "epochs", "max_minutes", "checkpoint_every", "keep_checkpoints",
+    "device", "micro_batch_size", "eval", "distributed.gradient_checkpointing",
+    "rollout.backend", "rollout.max_batch_size", "rollout.chunk_tokens", "rollout.gpu_memory_utilization",
+)
+SET_ASIDE_SUFFIX = ".set-aside"  # <checkpoints>.set-aside/<time>/: checkpoints of other inputs, kept with the reason
+REASON_FILE = "REASON.txt"
+
+
+def without_keys(params: dict[str, Any], dotted: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of `params` without the entries at the `dotted` paths ("rollout.max_batch_size")."""
+    out = dict(params)
+    nested: dict[str, list[str]] = {}
+    for path in dotted:
+        head, _, rest = path.partition(".")
+        if rest:
+            nested.setdefault(head, []).append(rest)
+        else:
+            out.pop(head, None)
+    for head, rests in nested.items():
+        if isinstance(out.get(head), dict):
+            out[head] = without_keys(out[head], tuple(rests))
+    return out
 
 
 def hash_path(path: str | Path | None) -> str:
@@ -77,7 +103,7 @@ def hash_path(path: str | Path | None) -> str:
 def fingerprint(params: dict[str, Any], inputs: dict[str, str | Path | None]) -> dict[str, str]:
     """What a checkpoint was trained from: `params` (a JSON-able dict, less RESUMABLE_PARAM_CHANGES) and each input
     file or directory, hashed."""
-    kept = {k: v for k, v in params.items() if k not in RESUMABLE_PARAM_CHANGES}
+    kept = without_keys(params, RESUMABLE_PARAM_CHANGES)
     out = {"params": hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()}
     out.update({name: hash_path(path) for name, path in inputs.items()})
     return out
@@ -91,12 +117,25 @@ def changed_inputs(saved: dict[str, str] | None, current: dict[str, str]) -> lis
     return [name for name in sorted(set(saved) | set(current)) if saved.get(name) != current.get(name)]
 
 
-def remove_checkpoints(root: str | Path) -> list[Path]:
-    """Delete every complete checkpoint under `root` (another run's steps); returns what was removed."""
-    removed = [path for _, path in complete_checkpoints(root)]
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-    return removed
+def set_aside(root: str | Path, reason: str) -> Path | None:
+    """Move every complete checkpoint under `root` (another run's steps) into `<root>.set-aside/<UTC time>/`, with
+    `reason` in its REASON.txt, so a new run starts from step 0 and nothing trained is lost; returns that folder
+    (None when there was nothing to move)."""
+    found = [path for _, path in complete_checkpoints(root)]
+    if not found:
+        return None
+    root = Path(root)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = root.parent / f"{root.name}{SET_ASIDE_SUFFIX}" / stamp
+    suffix = 1
+    while target.exists():
+        suffix += 1
+        target = target.with_name(f"{stamp}-{suffix}")
+    target.mkdir(parents=True)
+    (target / REASON_FILE).write_text(reason.rstrip() + "\n")
+    for path in found:
+        shutil.move(str(path), str(target / path.name))
+    return target
 
 
 def step_dir_name(step: int) -> str:

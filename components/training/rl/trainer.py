@@ -392,19 +392,18 @@ class TrainingRun:
         return max_minutes is not None and time.perf_counter() - self.started > max_minutes * 60
 
 
-def input_fingerprint(params: RLParams, paths: RLPaths, with_eval_queries: bool,
-                      tasks: TaskSource | None = None) -> dict[str, str]:
-    """What a run trains from, hashed: the params, the input model, the world, the RL queries and (with `rl.eval`)
-    the held-out queries; a Tool-Star run: the params with the toolstar settings its episodes depend on, the model,
-    the task file and the search corpus. A run resumes only from a checkpoint with the same fingerprint."""
+def input_fingerprint(params: RLParams, paths: RLPaths, tasks: TaskSource | None = None) -> dict[str, str]:
+    """What a run trains from, hashed: the params (less the throughput knobs and budgets of
+    `ckpt.RESUMABLE_PARAM_CHANGES`), the input model, the world and the RL queries; a Tool-Star run: the params with
+    the toolstar settings its episodes depend on, the model, the task file and the search corpus. A run resumes only
+    from a checkpoint with the same fingerprint."""
     dump = params.model_dump(mode="json")
     if isinstance(tasks, ToolStarSource):
         return ckpt.fingerprint({**dump, "toolstar": tasks.settings}, {
             "model": paths.model, "tasks": paths.queries, "corpus": tasks.corpus})
-    dump["env"].pop("kind")  # a travel run hashes as before env.kind existed, so its checkpoints still resume
-    return ckpt.fingerprint(dump, {
-        "model": paths.model, "world": paths.world, "queries": paths.queries,
-        "eval_queries": paths.eval_queries if with_eval_queries else None})
+    dump["env"].pop("kind")  # a travel run hashes as before env.kind existed
+    # the held-out queries of rl.eval only log: turning the evaluation on or off keeps the checkpoints
+    return ckpt.fingerprint(dump, {"model": paths.model, "world": paths.world, "queries": paths.queries})
 
 
 def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) -> TrainingRun:
@@ -418,7 +417,7 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     total_steps = params.total_steps(len(queries))
     seed_everything(params.seed)
     ckpt.remove_partial(paths.checkpoints)
-    inputs = input_fingerprint(params, paths, with_eval_queries=bool(held_out), tasks=tasks)
+    inputs = input_fingerprint(params, paths, tasks=tasks)
     resume_dir, state = resumable_checkpoint(paths.checkpoints, inputs)
     parts = build_parts(params, paths, getattr(tasks, "world", None), resume_dir or paths.model, total_steps,
                         resolve_device(params.device), tasks=tasks)
@@ -621,7 +620,7 @@ def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
 
 def resumable_checkpoint(root: Path, inputs: dict[str, str]) -> tuple[Path | None, ckpt.TrainState]:
     """The newest checkpoint under `root` and its state when it was trained from `inputs`; else (None, a fresh
-    state), after removing the other run's checkpoints and saying why."""
+    state), after moving the other run's checkpoints aside (`ckpt.set_aside`, with the reason) and saying so."""
     newest = ckpt.newest_checkpoint(root)
     if newest is None:
         return None, ckpt.TrainState()
@@ -629,9 +628,11 @@ def resumable_checkpoint(root: Path, inputs: dict[str, str]) -> tuple[Path | Non
     changed = ckpt.changed_inputs(state.extra.get("fingerprint"), inputs)
     if not changed:
         return newest, state
-    removed = ckpt.remove_checkpoints(root)
-    print(f"[rl] not resuming from {newest}: it was trained from other inputs ({', '.join(changed)} changed); "
-          f"removed {len(removed)} checkpoint(s) and starting from step 0")
+    reason = (f"not resuming from {newest} (step {state.step}): it was trained from other inputs "
+              f"({', '.join(changed)} changed)")
+    kept = ckpt.set_aside(root, reason)
+    print(f"[rl] {reason}; moved its checkpoints to {kept} (delete that folder when they are no longer needed) "
+          "and starting from step 0")
     return None, ckpt.TrainState()
 
 

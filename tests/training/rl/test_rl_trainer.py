@@ -32,6 +32,11 @@ def paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path) -> RLPat
                    plots=tmp_path / "plots/rl")
 
 
+def tiny_with(knob: dict) -> dict:
+    """TINY with `knob`'s values, sections merged key by key."""
+    return {**TINY, **{k: {**TINY.get(k, {}), **v} if isinstance(v, dict) else v for k, v in knob.items()}}
+
+
 def read_steps(csv_path: Path) -> list[int]:
     with csv_path.open() as handle:
         return [int(row["step"]) for row in csv.DictReader(handle)]
@@ -87,7 +92,8 @@ def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_step
 def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(change, tmp_path, tiny_model_dir,
                                                                            tiny_world_dir, rl_queries_path, capsys):
     """After a SUM run, a MACRO run (`dvc exp run -S params/rl.yaml:rl.reward.kind=macro`), a new SFT model or new
-    queries train from step 0: the SUM run's checkpoints are removed, and the run says why."""
+    queries train from step 0: the SUM run's checkpoints are moved aside with the reason (never deleted), and the run
+    says why."""
     import shutil
 
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
@@ -109,6 +115,36 @@ def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(chang
     assert seen == [1, 2] and summary["resumed_from_step"] == 0
     expected = {"reward": "params", "model": "model", "queries": "queries"}[change]
     assert f"not resuming from {paths.checkpoints / 'step-00000002'}" in printed and f"{expected} changed" in printed
+    (kept,) = (paths.checkpoints.parent / f"{paths.checkpoints.name}.set-aside").iterdir()
+    assert sorted(p.name for p in kept.iterdir()) == ["REASON.txt", "step-00000001", "step-00000002"]
+    assert f"{expected} changed" in (kept / "REASON.txt").read_text()
+
+
+@pytest.mark.parametrize("knob", [
+    {"micro_batch_size": 8}, {"device": "cuda"}, {"eval": {"every": 5, "max_queries": 3}},
+    {"rollout": {"max_batch_size": 2, "chunk_tokens": 64, "backend": "vllm", "gpu_memory_utilization": 0.6}},
+    {"distributed": {"gradient_checkpointing": True}}, {"max_steps": 9, "checkpoint_every": 3},
+])
+def test_throughput_knobs_keep_the_fingerprint_so_a_checkpoint_still_resumes(knob, tmp_path, tiny_model_dir,
+                                                                             tiny_world_dir, rl_queries_path):
+    """Batch sizes of rollouts and micro-batches, the device, gradient checkpointing and the logging evaluation
+    change how fast a run goes, not what it learns: its checkpoints stay resumable."""
+    from components.training.rl.trainer import input_fingerprint
+
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    base = input_fingerprint(RLParams.model_validate(TINY), paths)
+    assert input_fingerprint(RLParams.model_validate(tiny_with(knob)), paths) == base
+
+
+@pytest.mark.parametrize("knob", [{"learning_rate": 1e-6}, {"num_generations": 8}, {"mini_batch_size": 2},
+                                  {"rollout": {"temperature": 0.7}}, {"dtype": "bfloat16"}, {"seed": 3}])
+def test_what_changes_learning_changes_the_fingerprint(knob, tmp_path, tiny_model_dir, tiny_world_dir,
+                                                       rl_queries_path):
+    from components.training.rl.trainer import input_fingerprint
+
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    assert input_fingerprint(RLParams.model_validate(tiny_with(knob)), paths)["params"] != \
+        input_fingerprint(RLParams.model_validate(TINY), paths)["params"]
 
 
 @pytest.mark.slow
