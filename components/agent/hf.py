@@ -33,7 +33,7 @@ from transformers import DynamicCache
 from components.agent import lean_decode
 from components.agent.lean_decode import common_prefix_length
 from components.agent.types import TurnRequest, TurnResult
-from components.models.loading import end_of_turn_id
+from components.models.loading import end_of_turn_ids
 
 
 def filtered_probs(scaled_logits, top_k: int, top_p: float):
@@ -66,12 +66,16 @@ def left_pad(sequences: list[list[int]], pad_id: int) -> tuple[list[list[int]], 
     return ids, mask
 
 
-def cut_at_end_of_turn(ids: list[int], end_id: int, max_new_tokens: int) -> tuple[list[int], bool]:
-    """The sampled ids up to and including the first end-of-turn token, at most `max_new_tokens` of them; and
-    whether the turn finished (the policy sampled `<|im_end|>` within its budget)."""
+def cut_at_end_of_turn(ids: list[int], end_ids: int | tuple[int, ...], max_new_tokens: int
+                       ) -> tuple[list[int], bool]:
+    """The sampled ids up to and including the first end-of-turn token (`end_ids`: `<|im_end|>` and the model's own
+    end-of-sequence tokens), at most `max_new_tokens` of them; and whether the turn finished (the policy sampled one
+    of them within its budget)."""
+    ends = {end_ids} if isinstance(end_ids, int) else set(end_ids)
     ids = ids[:max_new_tokens]
-    if end_id in ids:
-        return ids[: ids.index(end_id) + 1], True
+    for position, token in enumerate(ids):
+        if token in ends:
+            return ids[: position + 1], True
     return ids, False
 
 
@@ -137,7 +141,8 @@ class HFPolicy:
         self.greedy = greedy
         self.seed = seed
         self.max_batch_size = max_batch_size
-        self.end_id = end_of_turn_id(tokenizer)
+        self.end_ids = end_of_turn_ids(tokenizer, getattr(model, "generation_config", None))
+        self.end_id = self.end_ids[0]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.end_id
         self.calls = 0  # advances the seed, so successive turns draw fresh samples reproducibly
         self.reuse_cache = reuse_cache
@@ -261,7 +266,7 @@ class HFPolicy:
                 attention_mask=attention_mask,
                 **{cache_kwarg(self.model.forward): past},
                 max_new_tokens=budget,
-                eos_token_id=self.end_id,
+                eos_token_id=list(self.end_ids),
                 pad_token_id=self.pad_id,
                 output_logits=True,
                 return_dict_in_generate=True,
@@ -300,7 +305,7 @@ class HFPolicy:
                 for i, token, logprob in zip(open_rows, tokens.tolist(), chosen.tolist()):
                     sampled[i].append(token)
                     logprobs[i].append(logprob)
-                    if token != self.end_id and len(sampled[i]) < requests[i].max_new_tokens:
+                    if token not in self.end_ids and len(sampled[i]) < requests[i].max_new_tokens:
                         still.append(i)
                         feed.append(token)
                 open_rows = still
@@ -385,7 +390,7 @@ class HFPolicy:
         return log_probs.gather(-1, sampled.unsqueeze(-1)).squeeze(-1)
 
     def _result(self, new_ids: list[int], logprobs: list[float], max_new_tokens: int) -> TurnResult:
-        ids, finished = cut_at_end_of_turn(new_ids, self.end_id, max_new_tokens)
+        ids, finished = cut_at_end_of_turn(new_ids, self.end_ids, max_new_tokens)
         text_ids = ids[:-1] if finished else ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
         return TurnResult(text=text, token_ids=ids, logprobs=logprobs[: len(ids)], finished=finished)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from components.agent.types import TurnRequest, TurnResult
 from components.errors import UserError
-from components.models.loading import end_of_turn_id, load_tokenizer
+from components.models.loading import end_of_turn_ids, load_tokenizer
 
 INSTALL_HINT = "pip install 'star-pipeline[gpu]' (vLLM needs a CUDA GPU)"
 
@@ -16,6 +16,16 @@ def import_vllm():
     except ImportError as exc:
         raise UserError(f"the vLLM backend needs the vllm package: {INSTALL_HINT}") from exc
     return vllm
+
+
+def model_generation_config(model):
+    """The generation config of the model vLLM loads (None when it has none or cannot be read here)."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(str(model))
+    except (OSError, ValueError):
+        return None
 
 
 def sampled_logprobs(token_ids: list[int], logprobs) -> list[float] | None:
@@ -30,8 +40,8 @@ class VLLMPolicy:
 
     Every request of a turn goes to ONE `LLM.generate` call as token-id prompts; vLLM batches them continuously and
     its prefix cache reuses the shared system prompt and each episode's growing history across turns. Returns the
-    sampled ids (ending with `<|im_end|>` when the model stopped), their logprobs, and the text without the
-    end-of-turn token. `llm` may be passed in (e.g. a colocated engine whose weights the RL trainer updates).
+    sampled ids (ending with the end-of-turn token when the model stopped: `<|im_end|>` or the model's own EOS, as on
+    the transformers backend), their logprobs, and the text without the end-of-turn token. `llm` may be passed in (e.g. a colocated engine whose weights the RL trainer updates).
     """
 
     def __init__(self, model: str, tokenizer=None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1,
@@ -40,7 +50,7 @@ class VLLMPolicy:
                  enable_prefix_caching: bool = True):
         vllm = import_vllm()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
-        self.end_id = end_of_turn_id(self.tokenizer)
+        self.end_ids = end_of_turn_ids(self.tokenizer, model_generation_config(model))
         self.temperature = 0.0 if greedy else temperature
         self.top_p = 1.0 if greedy else top_p
         self.top_k = -1 if greedy else top_k
@@ -53,13 +63,15 @@ class VLLMPolicy:
         )
 
     def sampling_params(self, request: TurnRequest, index: int):
-        """vLLM SamplingParams for one request: stop at `<|im_end|>` (kept in the ids), logprob of the sampled
-        token, a per-request seed derived from the policy seed, the call and the position."""
+        """vLLM SamplingParams for one request: stop exactly at the end-of-turn tokens the transformers backend stops
+        at (`end_of_turn_ids`, kept in the ids; `ignore_eos` so that vLLM adds no stop of its own), logprob of the
+        sampled token, a per-request seed derived from the policy seed, the call and the position."""
         from vllm import SamplingParams
 
         return SamplingParams(
             n=1, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-            max_tokens=max(1, request.max_new_tokens), stop_token_ids=[self.end_id], logprobs=0,
+            max_tokens=max(1, request.max_new_tokens), stop_token_ids=list(self.end_ids), ignore_eos=True,
+            logprobs=0,
             seed=self.seed + 1_000_003 * self.calls + index, skip_special_tokens=False,
             detokenize=False,
         )
@@ -81,7 +93,7 @@ class VLLMPolicy:
 
     def _result(self, completion, request: TurnRequest) -> TurnResult:
         ids = list(completion.token_ids)[: max(1, request.max_new_tokens)]
-        finished = bool(ids) and ids[-1] == self.end_id
+        finished = bool(ids) and ids[-1] in self.end_ids
         logprobs = sampled_logprobs(ids, completion.logprobs)
         text = self.tokenizer.decode(ids[:-1] if finished else ids, skip_special_tokens=False)
         return TurnResult(text=text, token_ids=ids, logprobs=logprobs, finished=finished)

@@ -99,12 +99,25 @@ def end_of_turn_id(tokenizer) -> int:
     return token_id
 
 
+def end_of_turn_ids(tokenizer, generation_config=None) -> tuple[int, ...]:
+    """The tokens that end an assistant turn on every backend: `<|im_end|>` first, then the model's own
+    end-of-sequence tokens where they differ (the tokenizer's, the generation config's: Qwen2.5 Instruct's lists
+    `<|endoftext|>` too). A turn that stops on any of them is finished, with that token sampled and trained."""
+    ids = [end_of_turn_id(tokenizer)]
+    configured = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    configured = [configured] if isinstance(configured, int) else list(configured or [])
+    for token in [getattr(tokenizer, "eos_token_id", None), *configured]:
+        if isinstance(token, int) and token not in ids:
+            ids.append(token)
+    return tuple(ids)
+
+
 def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str | None = None):
     """Load a causal LM for generation or training: the same call for SmolLM2 (tiny), a random
     smoke model and Qwen.
 
     Returns the model on `device` (default: `cuda` if visible, else `cpu`) in eval mode; its generation config
-    stops at `<|im_end|>`.
+    stops at `<|im_end|>` and the model's own end-of-sequence tokens (`end_of_turn_ids`).
     """
     source, local = _source(path_or_name)
     device = resolve_device(device)
@@ -121,6 +134,7 @@ def load_policy_model(path_or_name: str | Path, dtype: str = "auto", device: str
         raise UserError(f"cannot load a model from {source!r}: {exc}. Give a local checkpoint directory with "
                         "safetensors weights, or a Hub name on a machine that can reach the Hub") from exc
     tokenizer = load_tokenizer(source)
-    model.generation_config.eos_token_id = end_of_turn_id(tokenizer)
+    ends = end_of_turn_ids(tokenizer, model.generation_config)
+    model.generation_config.eos_token_id = ends[0] if len(ends) == 1 else list(ends)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval()

@@ -87,8 +87,9 @@ def test_text_requests_are_refused(tiny_model, tiny_tokenizer):
 
 def test_left_pad_and_cut_at_end_of_turn():
     assert left_pad([[5, 6, 7], [8]], pad_id=0) == ([[5, 6, 7], [0, 0, 8]], [[1, 1, 1], [0, 0, 1]])
-    assert cut_at_end_of_turn([4, 2, 9, 0, 0], end_id=2, max_new_tokens=5) == ([4, 2], True)
-    assert cut_at_end_of_turn([4, 5, 6, 2], end_id=2, max_new_tokens=3) == ([4, 5, 6], False)
+    assert cut_at_end_of_turn([4, 2, 9, 0, 0], end_ids=2, max_new_tokens=5) == ([4, 2], True)
+    assert cut_at_end_of_turn([4, 5, 6, 2], end_ids=2, max_new_tokens=3) == ([4, 5, 6], False)
+    assert cut_at_end_of_turn([4, 7, 2], end_ids=(2, 7), max_new_tokens=5) == ([4, 7], True)  # the model's own EOS
 
 
 def play_turns(policy, tokenizer, conversations, turns=3):
