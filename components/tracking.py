@@ -55,7 +55,7 @@ from components import lifeline
 from components.environ import snapshot as environ_snapshot
 from components.errors import UserError
 from components.params import active_preset as recorded_preset
-from components.redact import REDACTED, is_secret_key, redact_url
+from components.redact import REDACTED, is_secret_key, redact_url, redact_value
 
 PARENT_RUN_ENV = "STAR_PARENT_RUN_ID"
 PARENT_SPOOL_ENV = "STAR_PARENT_SPOOL"  # the spool file name of a parent run that lost MLflow
@@ -149,17 +149,15 @@ def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
 
 
 def redact(flat: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Stringified values with secrets replaced by `***` (by key name, by known secret value, URL passwords and
-    tokens)."""
+    """Stringified values with secrets replaced by `***` (by exact key name, by value shape, by known secret value,
+    URL passwords and tokens); numbers and booleans are never secrets (`redact.redact_value`)."""
     secrets = secret_values(environ)
     clean: dict[str, str] = {}
     for key, value in flat.items():
-        text = json.dumps(value) if isinstance(value, (list, dict)) else str(value)
-        if is_secret_key(key) and value not in (None, "", False):
-            text = REDACTED
-        for secret in secrets:
-            text = text.replace(secret, REDACTED)
-        text = redact_url(text)
+        text = redact_value(key, value)
+        if not isinstance(value, (bool, int, float)):
+            for secret in secrets:
+                text = text.replace(secret, REDACTED)
         clean[key] = text[:_MAX_PARAM_LENGTH]
     return clean
 
@@ -226,15 +224,43 @@ def ensure_sqlite_store(uri: str) -> None:
 _READY_STORES: set[str] = set()
 
 
+# MLflow 3 opens an experiment in the view its `mlflow.experimentKind` tag names (the UI's ExperimentKind:
+# "custom_model_development" is "Machine learning", runs first; "genai_development" is "GenAI apps & agents", traces
+# first) and guesses when the tag is absent; `mlflow.note.content` is the experiment's description.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+EXPERIMENT_NOTE_TAG = "mlflow.note.content"
+
+
+def experiment_tags(name: str) -> dict[str, str]:
+    """The tags that make experiment `name` open in MLflow's model-training view and say what made it."""
+    return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+            EXPERIMENT_NOTE_TAG: (f"STAR pipeline experiment `{name}`, made by `star run`, `star sweep` and the DVC "
+                                  "stages (`dvc repro`, `dvc exp run`) through components/tracking.py: one parent run "
+                                  "per pipeline run or dvc process, one child run per stage that ran, with its params, "
+                                  "metrics, artifacts and models. Named after the preset, or `STAR_EXPERIMENT`.")}
+
+
+def _complete_experiment_tags(client, experiment) -> None:
+    """Add the kind and description tags an experiment lacks; a kind or description already set (by a user, in the
+    UI) stays."""
+    for key, value in experiment_tags(experiment.name).items():
+        if not experiment.tags.get(key):
+            client.set_experiment_tag(experiment.experiment_id, key, value)
+
+
 def ensure_experiment(name: str) -> str:
-    """The id of experiment `name`, created if absent (safe when several stage processes race to create it)."""
+    """The id of experiment `name`, created if absent (safe when several stage processes race to create it), with
+    the kind and description tags of `experiment_tags` (added to an experiment that lacks them)."""
     client = _client()
     for _ in range(5):
         found = client.get_experiment_by_name(name)
         if found is not None:
+            _complete_experiment_tags(client, found)
             return found.experiment_id
         try:
-            return client.create_experiment(name, artifact_location=default_artifact_location())
+            return client.create_experiment(name, artifact_location=default_artifact_location(),
+                                            tags=experiment_tags(name))
         except MlflowException:
             time.sleep(0.2)  # another process created it between our two calls
     raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {redact_url(tracking_uri())}")

@@ -33,11 +33,11 @@ def test_secret_key_names(key):
     assert tracking.is_secret_key(key)
 
 
-@pytest.mark.parametrize("key", ["max_new_tokens", "tokenizer.vocab_size", "api_key_env_name_is_fine_not",
-                                 "monkey", "secretary_count"])
+@pytest.mark.parametrize("key", ["max_new_tokens", "tokenizer.vocab_size", "api_key_env", "teacher.api_key_env",
+                                 "api_key_env_name_is_fine_not", "chars_per_token", "max_tokens_per_turn", "monkey",
+                                 "secretary_count", "cache_key", "token_budget", "TOKENIZERS_PARALLELISM"])
 def test_ordinary_key_names(key):
-    expected = key == "api_key_env_name_is_fine_not"  # contains the word `key`: redacted, better safe
-    assert tracking.is_secret_key(key) is expected
+    assert not tracking.is_secret_key(key)
 
 
 def test_redact_hides_secret_keys_env_secret_values_and_url_passwords():
@@ -47,7 +47,36 @@ def test_redact_hides_secret_keys_env_secret_values_and_url_passwords():
                              "max_new_tokens": 512, "teacher.api_key_env": "OPENAI_API_KEY"}, environ)
     assert clean == {"teacher.api_key": "***", "teacher.note": "uses *** today",
                      "teacher.base_url": "https://***@llm.example.com/v1", "epochs": "6", "max_new_tokens": "512",
-                     "teacher.api_key_env": "***"}
+                     "teacher.api_key_env": "OPENAI_API_KEY"}
+
+
+def test_numbers_under_names_with_token_in_them_stay_visible():
+    """The filter stage's `chars_per_token` showed as `***` in MLflow: numbers and booleans are never secrets."""
+    clean = tracking.redact({"teach.chars_per_token": 4.2, "limits.max_tokens_per_turn": 768, "token": 3,
+                             "secret": True, "max_context_tokens": 8192, "hf_token": None}, environ={})
+    assert clean == {"teach.chars_per_token": "4.2", "limits.max_tokens_per_turn": "768", "token": "3",
+                     "secret": "True", "max_context_tokens": "8192", "hf_token": "None"}
+
+
+@pytest.mark.parametrize("value", [
+    "sk-proj-Ab3dEf6hIj9kLm2nOp5qRs8tUv",
+    "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "ghp_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "AKIAIOSFODNN7EXAMPLE",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "kX9vQ2mZ7rT4pL8wN3bY6cH1jF5dS0gA",  # a generated key of no known provider
+])
+def test_a_secret_shaped_value_is_hidden_under_any_name_and_names_hashes_and_paths_are_not(value):
+    clean = tracking.redact({"teacher.extra_header": value, "notes": f"called with {value} yesterday",
+                             "headers.x": f"Bearer {value}"}, environ={})
+    assert clean == {"teacher.extra_header": "***", "notes": "called with *** yesterday", "headers.x": "Bearer ***"}
+    assert tracking.redact({"headers.x": "Bearer abc123def456"}, environ={}) == {"headers.x": "Bearer ***"}
+    ordinary = {str(index): text for index, text in enumerate([
+        "Qwen/Qwen2.5-7B-Instruct", "qwen2_5_7b_instruct_sft_lora_rank16_alpha32_dropout05", "OPENAI_API_KEY",
+        "a3f5c9e0b1d24e6f8a7b9c0d1e2f3a4b5c6d7e8f", "0f8fad5b-d9cb-469f-a165-70867728950e",
+        "ToolStarQwen25SevenBillionInstruct2024", "/work/main/.dvc/tmp/exps/tmpab12/models/sft", "sk-learn",
+        "task-abcdefghijklmnopqrstuvwxyz1", "https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct"])}
+    assert tracking.redact(ordinary, environ={}) == ordinary
 
 
 def test_params_logged_to_mlflow_hide_url_passwords_and_tokens_wherever_they_sit():
@@ -96,6 +125,31 @@ def sqlite_store(tmp_path, monkeypatch, mlflow_db):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{mlflow_db}")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env-secret-987654")
     return tmp_path
+
+
+def test_the_experiment_opens_in_the_model_training_view_and_says_what_made_it(sqlite_store):
+    """MLflow 3 opened the experiment in its GenAI view: the `mlflow.experimentKind` tag (the UI's ExperimentKind)
+    picks the view, `mlflow.note.content` is the description."""
+    from mlflow.tracking import MlflowClient
+
+    experiment_id = tracking.ensure_experiment("star-test")
+    tags = MlflowClient().get_experiment(experiment_id).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "STAR pipeline" in tags["mlflow.note.content"] and "star-test" in tags["mlflow.note.content"]
+
+
+def test_an_existing_experiment_gets_the_tags_it_lacks_and_keeps_its_own_description(sqlite_store):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    bare = client.create_experiment("made-before")
+    described = client.create_experiment("described", tags={"mlflow.note.content": "my own words"})
+    assert tracking.ensure_experiment("made-before") == bare
+    assert tracking.ensure_experiment("described") == described
+    assert client.get_experiment(bare).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert "STAR pipeline" in client.get_experiment(bare).tags["mlflow.note.content"]
+    assert client.get_experiment(described).tags == {"mlflow.experimentKind": "custom_model_development",
+                                                     "mlflow.note.content": "my own words"}
 
 
 @pytest.mark.slow
