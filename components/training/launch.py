@@ -112,8 +112,11 @@ def sft_processes(params: SFTParams, cuda_available: bool | Callable[[], bool] |
 
 
 def rl_processes(params: RLParams) -> int | None:
-    """How many processes `star rl` with `params` trains in under a launcher; None: plain torch, in this one."""
-    return params.distributed.processes if params.distributed.strategy == "deepspeed" else None
+    """How many processes `star rl` with `params` trains in under a launcher (DeepSpeed's one, or the data-parallel
+    replicas of plain torch); None: plain torch in this one process."""
+    if params.distributed.strategy == "deepspeed" or params.distributed.processes > 1:
+        return params.distributed.processes
+    return None
 
 
 def exit_code(returncode: int, forwarded: Sequence[int] = ()) -> int:

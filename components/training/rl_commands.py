@@ -66,6 +66,9 @@ def rl(args: argparse.Namespace) -> int:
     paths = RLPaths(model=args.model, world=args.world, queries=args.queries, out=args.out,
                     checkpoints=args.checkpoints, metrics=args.metrics, plots=args.plots,
                     eval_queries=args.eval_queries, qa=args.qa, toolstar_params=args.toolstar_params)
+    if not launch.is_main_process():  # a data-parallel replica: rank 0 tracks and writes the stage's outputs
+        train(params, paths, progress_bar=False)
+        return 0
     with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm,
                                                        "star.rl.env": params.env.kind}) as run:

@@ -75,15 +75,18 @@ def test_processes_above_one_with_the_torch_loop_say_which_backend_to_pick():
         SFTParams(processes=0)
 
 
-def test_rl_launches_for_the_deepspeed_strategy_only_and_in_one_process_for_now():
+def test_rl_launches_for_deepspeed_and_for_data_parallel_replicas():
     assert launch.rl_processes(RLParams.model_validate({"distributed": {"strategy": "deepspeed"}})) == 1
-    assert launch.rl_processes(RLParams()) is None
-    with pytest.raises(ValidationError, match="strategy: none is the plain torch optimiser"):
-        DistributedParams(processes=2)
-    with pytest.raises(ValidationError, match="the RL trainer trains in one process"):
+    assert launch.rl_processes(RLParams()) is None  # plain torch in this process
+    assert launch.rl_processes(RLParams.model_validate({"distributed": {"processes": 2}})) == 2
+    with pytest.raises(ValidationError, match="DeepSpeed RL trains in one process"):
         DistributedParams(strategy="deepspeed", processes=2)
     with pytest.raises(ValidationError):
         DistributedParams(processes=0)
+    with pytest.raises(ValidationError, match=r"queries_per_step \(3\) must be a multiple of distributed.processes"):
+        RLParams.model_validate({"queries_per_step": 3, "distributed": {"processes": 2}})
+    with pytest.raises(ValidationError, match=r"mini_batch_size \(3\) must be a multiple"):
+        RLParams.model_validate({"queries_per_step": 4, "mini_batch_size": 3, "distributed": {"processes": 2}})
 
 
 def test_the_deepspeed_paths_without_a_launcher_say_how_to_start_them():

@@ -282,10 +282,17 @@ def write_json_atomic(path: str | Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimizer, keep: int) -> Path:
+def rng_stem(rank: int) -> str:
+    """The file stem of rank `rank`'s generator states in a checkpoint (`rng` for rank 0 and a lone process)."""
+    return RNG_STATE if rank == 0 else f"{RNG_STATE}-rank{rank}"
+
+
+def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimizer, keep: int,
+                    rng_states: list[dict[str, Any]] | None = None) -> Path:
     """Write checkpoint `step-<state.step>` atomically and keep only the newest `keep`.
 
-    `save_model(dir)` writes the weights and tokenizer; `save_optimizer(dir)` the optimizer/scheduler state.
+    `save_model(dir)` writes the weights and tokenizer; `save_optimizer(dir)` the optimizer/scheduler state;
+    `rng_states` are every rank's generator states (`capture_rng`; default: this process's).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -295,7 +302,8 @@ def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimi
     tmp.mkdir()
     save_model(tmp)
     save_optimizer(tmp)
-    save_tree(tmp, RNG_STATE, capture_rng())
+    for rank, states in enumerate(rng_states or [capture_rng()]):
+        save_tree(tmp, rng_stem(rank), states)
     write_json_atomic(tmp / STATE_FILE, {"step": state.step, "cursor": state.cursor, "history": state.history,
                                          "extra": state.extra})
     if final.exists():  # the same step saved again (a resumed run that redid it): replace it
@@ -318,6 +326,6 @@ def load_state(checkpoint: str | Path) -> TrainState:
                                   f"{str(exc)[:200]})") from None
 
 
-def restore_checkpoint_rng(checkpoint: str | Path) -> None:
-    """Put back the generator states saved with the checkpoint."""
-    restore_rng(load_tree(checkpoint, RNG_STATE))
+def restore_checkpoint_rng(checkpoint: str | Path, rank: int = 0) -> None:
+    """Put back rank `rank`'s generator states saved with the checkpoint."""
+    restore_rng(load_tree(checkpoint, rng_stem(rank)))

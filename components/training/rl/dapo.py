@@ -52,21 +52,26 @@ def dynamic_sampling(
     group_rewards: Callable[[G], Sequence[float]],
     target_groups: int,
     max_extra_rounds: int,
+    total: Callable[[int], int] = lambda count: count,
 ) -> DynamicSample[G]:
     """Call `sample_groups(n)` for n groups at a time, keep the informative ones, until `target_groups` are kept or
-    `1 + max_extra_rounds` rounds have run. Each extra round asks for exactly the number of groups still missing."""
+    `1 + max_extra_rounds` rounds have run. Each extra round asks for exactly the number of groups still missing.
+
+    Data parallel, `sample_groups(n)` returns this rank's share of n groups and `total(count)` sums a count over the
+    ranks, so every rank runs the same rounds and the target counts the groups kept by all of them together."""
     result: DynamicSample[G] = DynamicSample()
-    while result.rounds <= max_extra_rounds and len(result.groups) < target_groups:
-        missing = target_groups - len(result.groups)
-        batch = sample_groups(missing)
+    kept = 0
+    while result.rounds <= max_extra_rounds and kept < target_groups:
+        batch = sample_groups(target_groups - kept)
         result.rounds += 1
         result.sampled_groups += len(batch)
         for group in batch:
-            if is_informative(group_rewards(group)) and len(result.groups) < target_groups:
+            if is_informative(group_rewards(group)):
                 result.groups.append(group)
             else:
                 result.dropped_groups += 1
-        if not batch:
+        kept = total(len(result.groups))
+        if total(len(batch)) == 0:
             break
-    result.filled = len(result.groups) >= target_groups
+    result.filled = kept >= target_groups
     return result

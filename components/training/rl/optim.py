@@ -19,6 +19,7 @@ from accelerate.utils import DeepSpeedPlugin
 from components.errors import UserError
 from components.training.launch import require_launcher
 from components.training.rl.checkpoint import load_tree, save_tree
+from components.training.rl.distributed import SINGLE, Ranks
 from components.training.rl.params import RLParams
 from components.training.schedule import lr_schedule, warmup_steps
 
@@ -44,11 +45,14 @@ def advance_schedule(scheduler) -> None:
 
 
 class TorchOptimizer:
-    """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule."""
+    """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule; in a world of N
+    processes, each a replica of the model (`Ranks`), the gradients are summed over the ranks before each step."""
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
-                 scheduler: str, warmup_steps: int, total_steps: int, adam_epsilon: float = 1e-8):
+                 scheduler: str, warmup_steps: int, total_steps: int, adam_epsilon: float = 1e-8,
+                 ranks: Ranks = SINGLE):
         self.model = model
+        self.ranks = ranks
         self.max_grad_norm = max_grad_norm
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
@@ -59,7 +63,9 @@ class TorchOptimizer:
         loss.backward()
 
     def step(self) -> float:
-        """Clip, apply and clear the accumulated gradients; return the gradient norm before clipping."""
+        """Sum the accumulated gradients over the ranks (data parallel: every rank holds the whole model and its
+        share of the loss), clip, apply and clear them; return the gradient norm before clipping."""
+        self.ranks.sum_gradients(self.params)
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -159,13 +165,13 @@ class AccelerateOptimizer:
         self.scheduler.load_state_dict(load_tree(directory, OPTIMIZER_STATE)["scheduler"])
 
 
-def build_optimizer(model: torch.nn.Module, params: RLParams,
-                    total_steps: int) -> TorchOptimizer | AccelerateOptimizer:
-    """The optimiser wrapper for `params.distributed.strategy`."""
+def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int,
+                    ranks: Ranks = SINGLE) -> TorchOptimizer | AccelerateOptimizer:
+    """The optimiser wrapper for `params.distributed.strategy` (plain torch: data parallel over `ranks`)."""
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
                   adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm,
                   scheduler=params.lr_scheduler_type, warmup_steps=warmup_steps(params.warmup_ratio, total_steps),
                   total_steps=total_steps)
     if params.distributed.strategy == "deepspeed":
         return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)
-    return TorchOptimizer(model, **common)
+    return TorchOptimizer(model, ranks=ranks, **common)

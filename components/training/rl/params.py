@@ -131,21 +131,23 @@ class EvalParams(Params):
 
 
 class DistributedParams(Params):
-    strategy: Literal["none", "deepspeed"] = "none"  # deepspeed: accelerate + DeepSpeed ZeRO (needs the [gpu] extra)
+    """How the update runs: `strategy: none` is data parallel over `processes` replicas (each rolls out its share
+    of a step's groups; gradients summed over them; gloo on CPUs, NCCL on GPUs), which `star rl` starts under
+    torchrun (components/training/launch.py; several machines: docs/operations.md). `deepspeed` is accelerate +
+    DeepSpeed ZeRO in one process (the [gpu] extra)."""
+
+    strategy: Literal["none", "deepspeed"] = "none"
     zero_stage: Literal[2, 3] = 2
     gradient_checkpointing: bool = False
-    # processes of the deepspeed strategy, which `star rl` starts with torchrun (components/training/launch.py)
     processes: int = Field(1, ge=1)
 
     @model_validator(mode="after")
-    def _one_process(self) -> "DistributedParams":
-        if self.processes > 1:
-            backend = ("strategy: none is the plain torch optimiser of one process, and " if self.strategy == "none"
-                       else "")
+    def _deepspeed_in_one_process(self) -> "DistributedParams":
+        if self.processes > 1 and self.strategy == "deepspeed":
             raise ValueError(
-                f"processes: {self.processes}: {backend}the RL trainer trains in one process for now (every process "
-                "would roll out the same queries and write the same checkpoints, metrics and MLflow run); set "
-                "processes: 1 (strategy: deepspeed gives DeepSpeed ZeRO on that process's GPU)")
+                f"processes: {self.processes} with strategy: deepspeed: DeepSpeed RL trains in one process (its "
+                "engine averages gradients over its data-parallel ranks, where the RL loss is each rank's share of "
+                "the global batch); set strategy: none for data-parallel RL over several processes, or processes: 1")
         return self
 
 
@@ -228,6 +230,18 @@ class RLParams(Params):
         if self.aepo.enabled and not self.arpo.enabled:
             raise ValueError("aepo.enabled needs arpo.enabled: AEPO's rollout is ARPO's branching tree (algorithm: "
                              "aepo turns both on)")
+        return self
+
+    @model_validator(mode="after")
+    def _whole_groups_per_rank(self) -> "RLParams":
+        processes = self.distributed.processes
+        if self.queries_per_step % processes:
+            raise ValueError(f"queries_per_step ({self.queries_per_step}) must be a multiple of "
+                             f"distributed.processes ({processes}): each process rolls out whole groups, the same "
+                             "number of queries")
+        if self.mini_batch_size is not None and self.mini_batch_size % processes:
+            raise ValueError(f"mini_batch_size ({self.mini_batch_size}) must be a multiple of distributed.processes "
+                             f"({processes}): each process takes an equal share of every mini-batch")
         return self
 
     @model_validator(mode="after")

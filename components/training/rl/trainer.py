@@ -43,6 +43,7 @@ from components.training.rl.aepo import aepo_rollouts
 from components.training.rl.arpo import ArpoGroups, arpo_rollouts
 from components.training.rl.cursor import QueryCursor
 from components.training.rl.dapo import dynamic_sampling
+from components.training.rl.distributed import SINGLE, Ranks, init_ranks, shard
 from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
@@ -68,6 +69,7 @@ EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard
 LogFn = Callable[[dict, int], None]
 TagFn = Callable[[dict], None]
 RUN_ID_KEY = "mlflow_run_id"  # in a checkpoint's state: the MLflow run that trained up to it
+WORLD_SIZE_KEY = "world_size"  # in a checkpoint's state: the number of data-parallel processes that trained it
 THROUGHPUT_TOTALS = ("rollout_tokens", "rollout_seconds", "update_tokens", "update_seconds")
 T = TypeVar("T")
 
@@ -111,6 +113,12 @@ class StepBatch:
 
 
 # ---- small helpers (pure) ----------------------------------------------------------------------------------------
+
+def rank_seed(seed: int, ranks: Ranks) -> int:
+    """The seed of this rank's rollouts and generators: rl.seed on rank 0 (a one-process run is unchanged), a
+    distinct one on every other rank."""
+    return seed + 1_000_033 * ranks.rank
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -257,8 +265,10 @@ def branching_groups(engine: RolloutEngine, queries: list[Query], params: RLPara
 
 
 def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: Callable[[int], list[Query]],
-                     params: RLParams, progress: float, rng: random.Random) -> StepBatch:
-    """The step's scored groups, by the algorithm's sampling rule."""
+                     params: RLParams, progress: float, rng: random.Random, ranks: Ranks = SINGLE) -> StepBatch:
+    """The step's scored groups, by the algorithm's sampling rule: `queries` are this rank's share of the step, and
+    `next_queries(n)` this rank's share of the next n queries of the cursor (DAPO's extra rounds, decided over the
+    whole world: each round asks for the groups still missing on all ranks together)."""
     batch = StepBatch()
     start = time.perf_counter()
     if params.arpo.enabled:
@@ -276,8 +286,9 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
             batch.sampled.extend(groups)
             return groups
 
-        result = dynamic_sampling(sample, group_task_rewards, len(queries),
-                                  params.dynamic_sampling.max_extra_rounds)
+        result = dynamic_sampling(sample, group_task_rewards, params.queries_per_step,
+                                  params.dynamic_sampling.max_extra_rounds,
+                                  total=lambda n: int(ranks.sum([n])[0]))
         batch.groups = result.groups
         batch.extra.update({"dapo/rounds": result.rounds, "dapo/sampled_groups": result.sampled_groups,
                             "dapo/dropped_groups": result.dropped_groups, "dapo/kept_groups": len(result.groups)})
@@ -329,10 +340,11 @@ class Parts:
     ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)
     update_config: UpdateConfig
     pad_id: int
+    ranks: Ranks = SINGLE  # the data-parallel ranks (rl.distributed.processes)
 
 
 def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: Path, total_steps: int,
-                device: str, tasks: TaskSource | None = None) -> Parts:
+                device: str, tasks: TaskSource | None = None, ranks: Ranks = SINGLE) -> Parts:
     """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser,
     the rollout policy and engine (in the environment of `tasks`; default: travel over `world`), and the weight sync
     between them."""
@@ -349,10 +361,11 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
     if params.beta > 0:  # the reference is the stage's input model, also when resuming
         ref_model = load_policy_model(paths.model, dtype=params.dtype, device=device).eval()
         ref_model.requires_grad_(False)
-    optimizer = build_optimizer(model, params, total_steps)
-    policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, params.seed, device)
+    optimizer = build_optimizer(model, params, total_steps, ranks)
+    seed = rank_seed(params.seed, ranks)  # each rank samples its own episodes
+    policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, seed, device)
     limits = params.rollout.to_limits()
-    engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=params.seed,
+    engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=seed,
                            entropy_tokens=params.arpo.entropy_tokens, source=tasks)
     config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
                           loss_type=params.loss_type, max_completion_length=params.max_completion_length,
@@ -364,7 +377,7 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
                           entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0,
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id)
+    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, ranks)
 
 
 @dataclass
@@ -411,30 +424,53 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     it (weights, optimizer, RNG, data cursor, curves) and tag the tracking run with the run it continues. Rewrites
     both curves' files from the history it starts with."""
     started = time.perf_counter()
+    device = resolve_device(params.device)
+    ranks = init_ranks(device, params.distributed.processes)
     tasks = load_task_source(params, paths)
     queries = tasks.items
-    held_out = load_eval_queries(params, paths)
+    held_out = load_eval_queries(params, paths) if ranks.main else None  # rank 0 evaluates and logs
     total_steps = params.total_steps(len(queries))
-    seed_everything(params.seed)
-    ckpt.remove_partial(paths.checkpoints)
+    seed_everything(rank_seed(params.seed, ranks))
     inputs = input_fingerprint(params, paths, tasks=tasks)
-    resume_dir, state = resumable_checkpoint(paths.checkpoints, inputs)
+    resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks)
     parts = build_parts(params, paths, getattr(tasks, "world", None), resume_dir or paths.model, total_steps,
-                        resolve_device(params.device), tasks=tasks)
+                        device, tasks=tasks, ranks=ranks)
     if resume_dir is not None:
         parts.optimizer.load(resume_dir)
-        ckpt.restore_checkpoint_rng(resume_dir)
-        print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
+        ckpt.restore_checkpoint_rng(resume_dir, ranks.rank)
+        if ranks.main:
+            print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
         tag(resume_tags(state))
     run = TrainingRun(
         queries=queries, held_out=held_out, total_steps=total_steps, fingerprint=inputs, parts=parts,
         cursor=QueryCursor.from_state(state.cursor, len(queries), params.seed), resumed_from=state.step,
         run_id=run_id or state.extra.get(RUN_ID_KEY),  # an untracked part links the next one to the last tracked one
         history=list(state.history), eval_history=list(state.extra.get("eval_history", [])), started=started)
-    write_rewards_csv(paths.rewards_csv, run.history, tasks.reward_columns)  # `dvc repro` deleted it; the
-    # checkpoint's rows come back
-    write_eval_csv(paths.eval_csv, run.eval_history)  # header only when rl.eval is off: DVC expects the file
+    if ranks.main:
+        write_rewards_csv(paths.rewards_csv, run.history, tasks.reward_columns)  # `dvc repro` deleted it; the
+        # checkpoint's rows come back
+        write_eval_csv(paths.eval_csv, run.eval_history)  # header only when rl.eval is off: DVC expects the file
     return run
+
+
+def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks) -> tuple[Path | None, ckpt.TrainState]:
+    """The checkpoint every rank resumes from: rank 0 clears partial ones and picks (`resumable_checkpoint`), the
+    others take its choice; a checkpoint written by another number of processes is refused."""
+    chosen = None
+    if ranks.main:
+        ckpt.remove_partial(root)
+        chosen, _ = resumable_checkpoint(root, inputs)
+    chosen = ranks.gather(None if chosen is None else str(chosen))[0]
+    if chosen is None:
+        return None, ckpt.TrainState()
+    state = ckpt.load_state(chosen)
+    trained_with = int(state.extra.get(WORLD_SIZE_KEY, 1))
+    if trained_with != ranks.size:
+        raise UserError(f"checkpoint {chosen} was trained by {trained_with} process(es) and this run has "
+                        f"{ranks.size}: each rank's sampling state cannot be mapped onto another number of ranks. "
+                        f"Set rl.distributed.processes: {trained_with} to resume it, or move {root} away to start "
+                        "over")
+    return Path(chosen), state
 
 
 # ---- one step ------------------------------------------------------------------------------------------------
@@ -448,11 +484,12 @@ def timed(fn: Callable[..., T], *args) -> tuple[T, float]:
 def rollout_step(run: TrainingRun, params: RLParams, step: int, progress: float) -> StepBatch:
     """Steps 1-3: the cursor's next queries rolled out through the agent loop and scored by the strict evaluator,
     seeded by (seed, step) so that a resumed run redraws the same step."""
-    engine = run.parts.engine
+    engine, ranks = run.parts.engine, run.parts.ranks
     engine.begin_step(step)
     engine.evaluation_seconds = 0.0
-    return collect_rollouts(engine, run.next_queries(params.queries_per_step), run.next_queries, params, progress,
-                            random.Random(params.seed * 1_000_003 + step))
+    draw = lambda n: shard(run.next_queries(n), ranks)  # noqa: E731 (every rank draws alike, then takes its share)
+    return collect_rollouts(engine, draw(params.queries_per_step), draw, params, progress,
+                            random.Random(rank_seed(params.seed, ranks) * 1_000_003 + step), ranks)
 
 
 def step_advantages(groups: list[list[Scored]], scale_rewards: str) -> tuple[list[Scored], list[float]]:
@@ -473,7 +510,7 @@ def update_step(parts: Parts, params: RLParams, scored: list[Scored], advantages
     rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
     if params.learning_rate > 0:
         stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
-                              ref_logprobs=reference_logprobs(parts, rollouts))
+                              ref_logprobs=reference_logprobs(parts, rollouts), ranks=parts.ranks)
     else:
         stats = {"optimizer_steps": 0}
     stats["lr"] = optimizer.lr
@@ -508,6 +545,37 @@ def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], train
     }
 
 
+COUNTED_EXTRAS = ("dapo/sampled_groups", "dapo/dropped_groups", "dapo/kept_groups", "arpo/initial_rollouts",
+                  "arpo/branch_points", "arpo/branches", "arpo/fill_rollouts", "aepo/monitor_rollouts")
+ROUND_EXTRAS = ("dapo/rounds", "arpo/rounds")
+
+
+def combined_extras(extras: list[dict[str, float]]) -> dict[str, float]:
+    """The ranks' sampling statistics as one step's: counts summed, rounds the most any rank ran, averages
+    averaged."""
+    out = {}
+    for key in extras[0]:
+        values = [extra.get(key, 0.0) for extra in extras]
+        out[key] = sum(values) if key in COUNTED_EXTRAS else max(values) if key in ROUND_EXTRAS else \
+            sum(values) / len(values)
+    return out
+
+
+def gathered_batch(batch: StepBatch, trained: int, ranks: Ranks) -> tuple[StepBatch, int]:
+    """Rank 0's view of the step for its metrics: every rank's sampled groups (in rank order), their trajectory
+    count, the slowest rank's rollout time and the ranks' sampling statistics (`combined_extras`); other ranks get
+    their own batch back."""
+    if ranks.size == 1:
+        return batch, trained
+    parts = ranks.gather((batch.sampled, batch.extra, batch.rollout_seconds, trained))
+    if not ranks.main:
+        return batch, trained
+    merged = StepBatch(groups=[], sampled=[group for part in parts for group in part[0]],
+                       rollout_seconds=max(part[2] for part in parts),
+                       extra=combined_extras([part[1] for part in parts]))
+    return merged, sum(part[3] for part in parts)
+
+
 def record_step(run: TrainingRun, paths: RLPaths, step: int, metrics: dict[str, float],
                 rollout_seconds: float) -> dict:
     """Add the step's row to the reward curve (the history and rewards.csv) and its tokens and seconds to the
@@ -535,13 +603,16 @@ def evaluate_step(run: TrainingRun, paths: RLPaths, step: int) -> dict[str, floa
 def save_step(run: TrainingRun, paths: RLPaths, params: RLParams, step: int) -> None:
     """Checkpoint after `step`: weights, optimizer, RNG, data cursor, both curves, the inputs' fingerprint and the
     tracking run (keeping the newest `rl.keep_checkpoints`)."""
-    optimizer, tokenizer = run.parts.optimizer, run.parts.tokenizer
+    optimizer, tokenizer, ranks = run.parts.optimizer, run.parts.tokenizer, run.parts.ranks
+    rng_states = ranks.gather(ckpt.capture_rng())  # every rank's; rank 0 writes the checkpoint
+    if not ranks.main:
+        return
     state = ckpt.TrainState(step=step, cursor=run.cursor.state(), history=run.history,
                             extra={"eval_history": run.eval_history, "fingerprint": run.fingerprint,
-                                   RUN_ID_KEY: run.run_id})
+                                   RUN_ID_KEY: run.run_id, WORLD_SIZE_KEY: ranks.size})
     ckpt.save_checkpoint(paths.checkpoints, state,
                          save_model=lambda d: save_hf(optimizer.unwrap(), tokenizer, d, stage="rl", step=step),
-                         save_optimizer=optimizer.save, keep=params.keep_checkpoints)
+                         save_optimizer=optimizer.save, keep=params.keep_checkpoints, rng_states=rng_states)
 
 
 def resume_tags(state: ckpt.TrainState) -> dict:
@@ -563,11 +634,11 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     a resumed run is tagged with the run it continues.
     """
     run = start_run(params, paths, tag, run_id)
-    engine = run.parts.engine
+    engine, ranks = run.parts.engine, run.parts.ranks
     if run.held_out is not None and run.resumed_from == 0:
         log(evaluate_step(run, paths, 0), 0)  # the start model
-    bar = tqdm(range(run.resumed_from + 1, run.total_steps + 1), desc="rl", unit="step", disable=not progress_bar,
-               initial=run.resumed_from, total=run.total_steps)
+    bar = tqdm(range(run.resumed_from + 1, run.total_steps + 1), desc="rl", unit="step",
+               disable=not (progress_bar and ranks.main), initial=run.resumed_from, total=run.total_steps)
     for step in bar:
         step_start = time.perf_counter()
         progress = progress_of(step, run.total_steps)
@@ -581,12 +652,14 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         seconds = {"rollout": batch.rollout_seconds - engine.evaluation_seconds,  # the evaluator's share is reward
                    "reward": advantage_seconds + engine.evaluation_seconds, "update": update_seconds,
                    "step": time.perf_counter() - step_start}
-        metrics = {**step_metrics(batch, stats, seconds, len(scored), engine.source.checks),
-                   "progress/epoch": run.cursor.epoch, "progress/fraction": progress}
-        row = record_step(run, paths, step, metrics, batch.rollout_seconds)
-        bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
-        out_of_time = run.out_of_time(params.max_minutes)
-        to_log = [metrics]
+        batch, trained = gathered_batch(batch, len(scored), ranks)  # every rank's rollouts, on rank 0
+        out_of_time = bool(ranks.max(float(run.out_of_time(params.max_minutes))))  # all ranks stop together
+        if ranks.main:
+            metrics = {**step_metrics(batch, stats, seconds, trained, engine.source.checks),
+                       "progress/epoch": run.cursor.epoch, "progress/fraction": progress}
+            row = record_step(run, paths, step, metrics, batch.rollout_seconds)
+            bar.set_postfix(reward=f"{row['reward']:.3f}", success=f"{row['success']:.2f}")
+        to_log = [metrics] if ranks.main else []
         if run.held_out is not None and evaluation_due(step, params.eval.every,
                                                        last_step=step if out_of_time else run.total_steps):
             to_log.append(evaluate_step(run, paths, step))  # 7. greedy evaluation on the held-out queries
@@ -595,7 +668,9 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
         for logged in to_log:
             log(logged, step)
         if out_of_time:
-            print(f"[rl] stopping after step {step} of {run.total_steps}: rl.max_minutes={params.max_minutes} reached")
+            if ranks.main:
+                print(f"[rl] stopping after step {step} of {run.total_steps}: rl.max_minutes={params.max_minutes} "
+                      "reached")
             break
     bar.close()
     return finish_run(run, params, paths)
@@ -604,7 +679,9 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 # ---- the end of a run ----------------------------------------------------------------------------------------
 
 def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
-    """Save the final model and write metrics/rl.json; return its summary."""
+    """Save the final model and write metrics/rl.json (rank 0); return its summary (empty on other ranks)."""
+    if not run.parts.ranks.main:
+        return {}
     save_hf(run.parts.optimizer.unwrap(), run.parts.tokenizer, paths.out, stage="rl", steps=run.total_steps,
             algorithm=params.algorithm, reward=params.reward_kind)
     summary = summarize(run.history, run.total_steps, run.resumed_from, run.totals,

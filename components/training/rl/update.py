@@ -11,12 +11,14 @@ log pi(id_t | ids_<t) (position 0 has none and is never trained).
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from components.training.rl.advantages import entropy_aware_advantages, entropy_moments, token_advantages
+from components.training.rl.distributed import SINGLE, Ranks, local_mini_batch_size
 from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
 
 
@@ -210,10 +212,11 @@ def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int
 
 @torch.no_grad()
 def minibatch_entropy_stats(model, rollouts: Sequence[Rollout], positions: Sequence[int], config: UpdateConfig,
-                            pad_id: int) -> tuple[float, float]:
+                            pad_id: int, ranks: Ranks = SINGLE) -> tuple[float, float]:
     """(mean, std) of the entropies of the trained tokens of the rollouts at `positions` under `model`, one no-grad
     pass per micro-batch: what AEPO's entropy-aware advantage standardises by. Taken over the whole mini-batch (the
-    authors' code takes each micro-batch's), so that how a mini-batch is split never changes its loss."""
+    authors' code takes each micro-batch's), every rank's share of it included, so that how a mini-batch is split
+    never changes its loss."""
     values = []
     for chunk in chunks(by_length(positions, rollouts), config.micro_batch_size):
         batch = pad_batch([rollouts[p] for p in chunk], pad_id)
@@ -222,14 +225,32 @@ def minibatch_entropy_stats(model, rollouts: Sequence[Rollout], positions: Seque
                                            positions=batch["loss_mask"], entropy_map=True)
         values.append(entropy[batch["loss_mask"].to(entropy.device).bool()].double().cpu())
     flat = torch.cat(values) if values else torch.zeros(0, dtype=torch.float64)
-    return entropy_moments(flat, torch.ones_like(flat))
+    if ranks.size == 1:
+        return entropy_moments(flat, torch.ones_like(flat))
+    n, total, squares = ranks.sum([flat.numel(), flat.sum().item(), (flat ** 2).sum().item()])
+    if n == 0:
+        return 0.0, 1.0
+    mean = total / n
+    variance = (squares - n * mean ** 2) / (n - 1) if n > 1 else 0.0
+    std = math.sqrt(max(variance, 0.0))
+    return mean, (std if std > 0 else 1.0)
+
+
+def has_signal(rollouts: Sequence[Rollout], config: UpdateConfig) -> bool:
+    """Whether these rollouts give the loss a gradient: a non-zero advantage, or a KL or entropy term."""
+    return bool(rollouts) and bool(config.beta or config.entropy_coeff or any(r.advantage != 0 for r in rollouts))
 
 
 def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfig, pad_id: int,
-                  ref_logprobs: list[list[float]] | None = None) -> dict[str, float]:
+                  ref_logprobs: list[list[float]] | None = None, ranks: Ranks = SINGLE) -> dict[str, float]:
     """PPO-style update(s) over the step's rollouts: `num_iterations` passes, one optimizer step per mini-batch,
-    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss)."""
-    if not rollouts or (config.beta == 0 and config.entropy_coeff == 0 and all(r.advantage == 0 for r in rollouts)):
+    gradients accumulated over micro-batches (the loss of each micro-batch is its share of the mini-batch loss).
+
+    In a world of N ranks, `rollouts` are this rank's share of the step (whole groups): each global mini-batch is
+    every rank's `mini_batch_size / N` next rollouts, its loss normalised by the token and sequence counts summed
+    over the ranks, and the optimizer sums the ranks' gradients (`Ranks.sum_gradients`) before it steps. Every rank
+    takes the same number of optimizer steps, a rank with fewer rollouts contributing empty mini-batches."""
+    if ranks.max(float(has_signal(rollouts, config))) == 0.0:
         # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
         # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
@@ -238,7 +259,7 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     # One optimizer step over all rollouts: every micro-batch's forward runs on the weights that define pi_old, so
     # pi_old is the detached current log-probability (r_t = 1 exactly, the gradient A_t grad log pi) and the extra
     # no-grad pass over the step's sequences is skipped (TRL does the same when num_iterations is 1).
-    current_is_old = needs_old and is_single_step(config, len(rollouts))
+    current_is_old = needs_old and is_single_step(config, int(ranks.sum([len(rollouts)])[0]))
     recompute = needs_old and not current_is_old
     if recompute:
         fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True,
@@ -247,30 +268,36 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     weight = 0.0
     grad_norms = []
     model.train()
-    mini_size = config.mini_batch_size or len(rollouts)
+    mini_size = local_mini_batch_size(config.mini_batch_size, ranks) or max(len(rollouts), 1)
+    mini_batches = int(ranks.max(math.ceil(len(rollouts) / mini_size)))
     for _ in range(config.num_iterations):
-        for mini_start in range(0, len(rollouts), mini_size):
+        for mini_start in range(0, mini_batches * mini_size, mini_size):
             minibatch = rollouts[mini_start:mini_start + mini_size]
-            tokens = sum(r.num_trained for r in minibatch)
+            tokens, sequences = ranks.sum([sum(r.num_trained for r in minibatch), len(minibatch)])
             order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
             micros = list(chunks(order, config.micro_batch_size))
-            entropy_stats = (minibatch_entropy_stats(model, rollouts, order, config, pad_id)
+            entropy_stats = (minibatch_entropy_stats(model, rollouts, order, config, pad_id, ranks)
                              if config.entropy_advantage_coef else None)
             for j, positions in enumerate(micros):
                 loss, stats, n = micro_batch_loss(model, rollouts, positions, config, pad_id, current_is_old,
-                                                  ref_logprobs, tokens, len(minibatch), entropy_stats)
+                                                  ref_logprobs, tokens, int(sequences), entropy_stats)
                 optimizer.backward(loss, sync=j == len(micros) - 1)
                 stats["loss"] = loss.item()
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + (value if key == "loss" else value * n)
                 weight += n
             grad_norms.append(optimizer.step())
+    # every rank's statistics: token-weighted means over the whole step, the loss summed over the ranks' shares
+    shares = ranks.gather((totals, weight, sum(r.num_trained for r in rollouts),
+                           sum(len(r.input_ids) for r in rollouts)))
+    totals = {key: sum(part[0].get(key, 0.0) for part in shares) for key in sorted({k for p in shares for k in p[0]})}
+    weight = sum(part[1] for part in shares)
     steps = max(1, len(grad_norms))
     out = {key: (value / steps if key == "loss" else value / max(weight, 1.0)) for key, value in totals.items()}
     out["grad_norm"] = sum(grad_norms) / steps
     out["optimizer_steps"] = len(grad_norms)
-    out["trained_tokens"] = sum(r.num_trained for r in rollouts) * config.num_iterations
+    out["trained_tokens"] = sum(part[2] for part in shares) * config.num_iterations
     # forward(+backward) passes over every sequence; AEPO's entropy statistics add a forward pass per iteration
     passes = config.num_iterations * (1 + int(bool(config.entropy_advantage_coef))) + int(recompute)
-    out["processed_tokens"] = sum(len(r.input_ids) for r in rollouts) * passes
+    out["processed_tokens"] = sum(part[3] for part in shares) * passes
     return out

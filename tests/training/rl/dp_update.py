@@ -1,0 +1,89 @@
+"""One RL update on a fixed global batch, in a data-parallel world or in one process (tests/training/rl/
+test_rl_distributed.py runs it both ways and compares the weights).
+
+    python -m torch.distributed.run --nproc_per_node 2 tests/training/rl/dp_update.py MODEL_DIR ALGORITHM OUT [KNOBS]
+
+The batch: 4 queries x G=4 trajectories of random tokens over a tiny vocabulary, with prompts, tool responses (loss
+mask 0) and rewards (one group tied), the same on every rank; rank r trains on queries r, r + N, ... (whole groups),
+as `star rl` shards a step. Rank 0 writes the updated weights to OUT (safetensors).
+"""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from types import SimpleNamespace
+
+import torch
+
+QUERIES, G, VOCAB = 4, 4, 256
+
+
+def global_batch(seed: int = 0) -> list[list[dict]]:
+    """4 groups of G trajectory records: prompt, sampled and tool tokens, and a reward per trajectory."""
+    rng = random.Random(seed)
+    rewards = [[1.0, 0.0, 0.5, 0.25], [0.15] * G, [0.0, 0.0, 1.0, 0.0], [0.3, 0.9, 0.6, 0.1]]
+    groups = []
+    for q in range(QUERIES):
+        prompt = [rng.randrange(3, VOCAB) for _ in range(5 + q)]
+        group = []
+        for i in range(G):
+            response, mask = [], []
+            for _ in range(rng.randrange(1, 4)):  # turns: sampled tokens, then a tool response
+                sampled = rng.randrange(2, 7)
+                response += [rng.randrange(3, VOCAB) for _ in range(sampled)]
+                mask += [1] * sampled
+                tool = rng.randrange(0, 4)
+                response += [rng.randrange(3, VOCAB) for _ in range(tool)]
+                mask += [0] * tool
+            group.append({"prompt_ids": prompt, "response_ids": response, "response_mask": mask,
+                          "reward": rewards[q][i]})
+        groups.append(group)
+    return groups
+
+
+def update(model_dir: str, algorithm: str, knobs: dict, ranks) -> torch.nn.Module:
+    """The model of `model_dir` after one step of `algorithm` on this rank's share of `global_batch()`."""
+    from transformers import AutoModelForCausalLM
+
+    from components.training.rl.distributed import shard
+    from components.training.rl.optim import build_optimizer
+    from components.training.rl.params import RLParams
+    from components.training.rl.trainer import Scored, step_advantages
+    from components.training.rl.update import UpdateConfig, rollout_from_record, update_policy
+
+    torch.manual_seed(0)
+    params = RLParams.model_validate({"algorithm": algorithm, "learning_rate": 1e-3, "num_generations": G,
+                                      "queries_per_step": QUERIES, "arpo": {"budget": G, "initial_rollouts": 2},
+                                      "distributed": {"processes": ranks.size}, **knobs})
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    groups = [[Scored(r, SimpleNamespace(total=r["reward"])) for r in group] for group in shard(global_batch(), ranks)]
+    scored, advantages = step_advantages(groups, params.scale_rewards)
+    rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
+    optimizer = build_optimizer(model, params, total_steps=1, ranks=ranks)
+    config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, loss_type=params.loss_type,
+                          max_completion_length=params.max_completion_length, num_iterations=params.num_iterations,
+                          mini_batch_size=params.mini_batch_size, micro_batch_size=params.micro_batch_size,
+                          entropy_coeff=params.entropy_coeff)
+    stats = update_policy(model, optimizer, rollouts, config, pad_id=0, ranks=ranks)
+    assert stats["optimizer_steps"] >= 1, stats
+    return model
+
+
+def main() -> None:
+    from safetensors.torch import save_file
+
+    from components.training.rl.distributed import init_ranks, launched_world_size
+
+    torch.set_num_threads(1)
+    model_dir, algorithm, out = sys.argv[1:4]
+    knobs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    ranks = init_ranks("cpu", launched_world_size())
+    model = update(model_dir, algorithm, knobs, ranks)
+    if ranks.main:
+        save_file({k: v.detach().contiguous() for k, v in model.named_parameters()}, out)
+    torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
