@@ -48,7 +48,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--plots", default="plots/rl", type=Path,
                         help="folder of rewards.csv (one row per step) and eval.csv (one row per greedy evaluation)")
     parser.add_argument("--no-register", action="store_true", help="log the model without registering a version")
+    parser.add_argument("--plan", action="store_true",
+                        help="print what the params need on each GPU (weights, gradients, optimiser, activations, KV "
+                             "cache) and the tokens per step, from the model's shape alone, then exit")
+    parser.add_argument("--gpu-memory-gib", type=float, default=80.0,
+                        help="with --plan: the GPU memory to check the plan against (default 80, an H100)")
+    parser.add_argument("--model-params", default="params/model.yaml", type=Path,
+                        help="with --plan: the base_model stage's params, whose `source` gives the model's shape "
+                             "while --model does not exist yet")
     parser.set_defaults(handler=rl)
+
+
+def plan_text(params: RLParams, args: argparse.Namespace) -> str:
+    """`star rl --plan`: the memory and token plan of `params` for the model at --model (or the base model of
+    --model-params while --model does not exist yet)."""
+    import yaml
+
+    from components.training.rl.plan import find_architecture, make_plan, render
+
+    base = None
+    if args.model_params.is_file():
+        base = ((yaml.safe_load(args.model_params.read_text()) or {}).get("model") or {}).get("source")
+    architecture = find_architecture(args.model, base)
+    return render(make_plan(params, architecture, vllm=params.rollout.backend != "hf"), args.gpu_memory_gib)
 
 
 def rl(args: argparse.Namespace) -> int:
@@ -57,6 +79,9 @@ def rl(args: argparse.Namespace) -> int:
     from components.training import launch
 
     params = load_section(args.params, args.section, RLParams)
+    if args.plan:
+        print(plan_text(params, args))
+        return 0
     code = launch.relaunch(args, launch.rl_processes(params))  # strategy deepspeed: under torchrun
     if code is not None:  # this command ran again under torchrun: that run was the stage
         return code
