@@ -71,9 +71,10 @@ def reproduce(node: StageNode, root: str, parent: tracking.PipelineRun, force: b
     env = parent.env()
     try:
         if node.gpus:
-            with _local_slots(slots).hold(node.gpus), concurrency(gpu_slots.GPU_LIMIT, occupy=node.gpus):
-                with gpu_slots.claim_devices(node.gpus, gpu_slots.visible_gpus()) as devices:
-                    logger.info("stage %s holds %d gpu slot(s), devices %s", node.name, node.gpus, devices or "cpu")
+            need = gpu_slots.slots_needed(node.name, node.gpus, gpu_slots.visible_gpus())
+            with _local_slots(slots).hold(need), concurrency(gpu_slots.GPU_LIMIT, occupy=need):
+                with gpu_slots.claim_devices(need, gpu_slots.visible_gpus()) as devices:
+                    logger.info("stage %s holds %d gpu slot(s), devices %s", node.name, need, devices or "cpu")
                     outcome = run_stage(node.name, root, {**env, **gpu_slots.cuda_env(devices)}, force,
                                         on_line=logger.info, devices=tuple(devices))
         else:

@@ -41,6 +41,20 @@ def slot_count(gpus: list[str]) -> int:
     return max(1, len(gpus))
 
 
+def slots_needed(stage: str, gpus: int, visible: list[str]) -> int:
+    """The `gpu` slots a stage asking for `gpus` takes: that many on a GPU machine (an error when it shows fewer),
+    the machine's one slot on a CPU-only one (its processes then share the CPU)."""
+    if not visible:
+        return min(gpus, 1)
+    if gpus > len(visible):
+        from components.errors import UserError
+
+        raise UserError(f"stage {stage} needs {gpus} GPUs (its meta gpu in dvc.yaml, from its params' process count) "
+                        f"and this machine shows {len(visible)} ({', '.join(visible)}): lower the stage's processes "
+                        "or run it where more GPUs are visible")
+    return gpus
+
+
 def cuda_env(devices: list[str]) -> dict[str, str]:
     """The environment that pins a stage process to `devices` (nothing to pin on a CPU-only machine)."""
     return {"CUDA_VISIBLE_DEVICES": ",".join(devices)} if devices else {}

@@ -43,13 +43,33 @@ def read_graph(root: str | Path) -> list[StageNode]:
         order = list(nx.lexicographical_topological_sort(graph.reverse(copy=True), key=lambda s: nodes[s]))
         return [StageNode(name=nodes[stage],
                           upstream=tuple(sorted(nodes[dep] for dep in graph.successors(stage))),
-                          gpus=int((stage.meta or {}).get("gpu", 0)))
+                          gpus=gpu_need((stage.meta or {}).get("gpu", 0), Path(root), nodes[stage]))
                 for stage in order if stage.cmd]
     except DvcException as exc:
         raise UserError(f"cannot read the DVC pipeline in {root}: {exc}") from exc
     finally:
         repo.close()
         os.chdir(previous)
+
+
+def gpu_need(value: Any, root: Path, stage: str = "?") -> int:
+    """The GPUs a stage's `meta: {gpu: ...}` asks for: a number, or `FILE:KEY`, a params key holding the stage's
+    process count (`params/rl.yaml:rl.distributed.processes`), so the slots it takes and the processes its
+    torchrun starts come from the same value."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    text = str(value)
+    if ":" not in text:
+        raise UserError(f"stage {stage}: meta gpu must be a number or FILE:KEY (a params key), got {value!r}")
+    file, key = text.split(":", 1)
+    node: Any = yaml.safe_load((root / file).read_text()) if (root / file).is_file() else None
+    for part in key.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    if node is None:
+        return 1  # the key is unset: the params' default, one process
+    if not isinstance(node, int) or node < 0:
+        raise UserError(f"stage {stage}: meta gpu names {text}, which holds {node!r}, not a process count")
+    return node
 
 
 def select(nodes: list[StageNode], targets: list[str] | None) -> list[StageNode]:

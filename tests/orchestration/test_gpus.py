@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from components.orchestration.gpus import claim_devices, cuda_env, slot_count, visible_gpus
 
@@ -76,3 +79,39 @@ def test_local_slots_let_one_holder_in_at_a_time_and_wake_the_next_at_once():
     assert kinds == ["start", "end", "start", "end"]
     assert events[2][2] - events[1][2] < 0.1  # the second starts as soon as the first ends
     assert slots.free == 1
+
+
+def test_a_stage_takes_as_many_slots_as_its_processes_and_is_refused_more_gpus_than_shown():
+    from components.errors import UserError
+    from components.orchestration.gpus import slots_needed
+
+    assert slots_needed("rl", 2, ["0", "1", "2"]) == 2
+    assert slots_needed("rl", 2, []) == 1  # a CPU machine's one slot: the processes share its cores
+    with pytest.raises(UserError, match="stage rl needs 4 GPUs .* this machine shows 2"):
+        slots_needed("rl", 4, ["0", "1"])
+
+
+def test_meta_gpu_names_the_params_key_of_the_process_count(tmp_path):
+    from components.errors import UserError
+    from components.orchestration.graph import gpu_need
+
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params/rl.yaml").write_text("rl:\n  distributed:\n    processes: 4\n")
+    assert gpu_need("params/rl.yaml:rl.distributed.processes", tmp_path) == 4
+    assert gpu_need("params/rl.yaml:rl.missing.processes", tmp_path) == 1  # unset: the default, one process
+    assert gpu_need(2, tmp_path) == 2
+    with pytest.raises(UserError, match="a number or FILE:KEY"):
+        gpu_need("two", tmp_path, "rl")
+
+
+def test_the_training_stages_take_the_gpus_their_params_start_processes_on():
+    """dvc.yaml's rl stage takes rl.distributed.processes slots: the torchrun `star rl` starts has that many."""
+    import yaml
+
+    from components.orchestration.graph import gpu_need
+
+    root = Path(__file__).resolve().parents[2]
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    assert stages["rl"]["meta"]["gpu"] == "params/rl.yaml:rl.distributed.processes"
+    assert stages["toolstar_rl"]["meta"]["gpu"] == "params/toolstar_rl.yaml:toolstar_rl.distributed.processes"
+    assert gpu_need(stages["rl"]["meta"]["gpu"], root) == 1  # the committed (tiny) params
