@@ -151,12 +151,14 @@ def policy_loss(
     entropy_coeff: float = 0.0,
     entropy: torch.Tensor | None = None,
     entropy_clipping: bool = False,
+    importance_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """loss_t = L_t + beta KL_t - entropy_coeff H_t aggregated over the micro-batch; returns (loss, stats) with the
     mean ratio, the clip fractions and the mean KL over sampled tokens. `advantages` is per token (B, T); `entropy`
     (B, T, with its gradient) is needed only when entropy_coeff is not 0. `entropy_clipping` takes AEPO's
     `entropy_balanced_surrogate_loss` for L_t (the clip fractions then count tokens past a bound as before, though
-    those past the upper one keep a gradient)."""
+    those past the upper one keep a gradient). `importance_weights` (B, T, no gradient) multiply L_t: truncated
+    importance sampling of the sampler/trainer mismatch."""
     if beta and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs (the reference model's log-probabilities)")
     if entropy_coeff and entropy is None:
@@ -164,6 +166,8 @@ def policy_loss(
     ratio = probability_ratio(logprobs, old_logprobs, mask)
     surrogate = entropy_balanced_surrogate_loss if entropy_clipping else clipped_surrogate_loss
     token_loss = surrogate(ratio, advantages, epsilon, epsilon_high)
+    if importance_weights is not None:
+        token_loss = token_loss * importance_weights.detach()
     kl = k3_kl(logprobs, ref_logprobs, mask) if ref_logprobs is not None else torch.zeros_like(token_loss)
     if beta:
         token_loss = token_loss + beta * kl

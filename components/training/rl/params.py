@@ -180,6 +180,10 @@ class RLParams(Params):
     # pi_old: the trainer's (recompute; read off the update's own pass when a step is one optimizer step) or the
     # sampler's (rollout: vLLM's bf16 log-probs on GPU)
     old_logprobs: Literal["recompute", "rollout"] = "recompute"
+    # truncated importance sampling (verl's tis_imp_ratio_cap): weight each token's policy loss by
+    # min(pi_old / pi_sampler, tis_cap) where the rollout engine returned log-probs (null: off; the mismatch itself is
+    # logged every step as policy/logprob_mismatch and policy/sampler_kl)
+    tis_cap: float | None = Field(None, gt=0)
     # objective
     epsilon: float = Field(0.2, ge=0)
     epsilon_high: float | None = Field(None, ge=0)  # None: = epsilon; DAPO's clip-higher 0.28

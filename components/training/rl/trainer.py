@@ -375,7 +375,8 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
                           entropy_coeff=params.entropy_coeff,
                           entropy_clipping=params.aepo.enabled and params.aepo.entropy_clipping,
                           entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0,
-                          autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None)
+                          autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
+                          tis_cap=params.tis_cap)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, ranks)
 

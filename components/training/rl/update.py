@@ -19,7 +19,7 @@ import torch
 
 from components.training.rl.advantages import entropy_aware_advantages, entropy_moments, token_advantages
 from components.training.rl.distributed import SINGLE, Ranks, local_mini_batch_size
-from components.training.rl.losses import policy_loss, token_entropy, token_logprobs
+from components.training.rl.losses import masked_mean, policy_loss, token_entropy, token_logprobs
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Rollout:
     loss_mask: list[int]
     advantage: float
     old_logprobs: list[float] | None = None  # aligned with input_ids (0 on the prompt); None: recompute
+    sampler_logprobs: list[float] | None = None  # the rollout engine's, aligned likewise (None: not returned)
 
     @property
     def num_trained(self) -> int:
@@ -44,11 +45,12 @@ def rollout_from_record(record: dict, advantage: float) -> Rollout:
     logprobs = record.get("response_logprobs")
     old = [0.0] * len(prompt) + list(logprobs) if logprobs is not None and len(logprobs) == len(response) else None
     return Rollout(input_ids=list(prompt) + list(response), loss_mask=[0] * len(prompt) + list(mask),
-                   advantage=float(advantage), old_logprobs=old)
+                   advantage=float(advantage), old_logprobs=old, sampler_logprobs=old)
 
 
 def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded (B, T) tensors: input_ids, loss_mask, old_logprobs (0 where unknown), and the (B,) advantages."""
+    """Right-padded (B, T) tensors: input_ids, loss_mask, old_logprobs and sampler_logprobs (0 where unknown),
+    sampler_known (1 where the engine returned a log-prob), and the (B,) advantages."""
     width = max(len(r.input_ids) for r in rollouts)
 
     def pad(values: list, fill) -> list:
@@ -59,6 +61,10 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
         "loss_mask": torch.tensor([pad(r.loss_mask, 0) for r in rollouts], dtype=torch.float32),
         "old_logprobs": torch.tensor([pad(r.old_logprobs or [0.0] * len(r.input_ids), 0.0) for r in rollouts],
                                      dtype=torch.float32),
+        "sampler_logprobs": torch.tensor([pad(r.sampler_logprobs or [0.0] * len(r.input_ids), 0.0)
+                                          for r in rollouts], dtype=torch.float32),
+        "sampler_known": torch.tensor([pad([float(r.sampler_logprobs is not None)] * len(r.input_ids), 0.0)
+                                       for r in rollouts], dtype=torch.float32),
         "advantages": torch.tensor([r.advantage for r in rollouts], dtype=torch.float32),
     }
 
@@ -161,6 +167,7 @@ class UpdateConfig:
     entropy_clipping: bool = False  # AEPO: the upper clip bound keeps a gradient (losses.entropy_balanced_...)
     entropy_advantage_coef: float = 0.0  # AEPO: a of the entropy-aware advantage (0: plain advantages)
     autocast_dtype: torch.dtype | None = None  # compute in bf16/fp16 over float32 master weights (None: as stored)
+    tis_cap: float | None = None  # truncated importance sampling of the sampler/trainer mismatch (None: off)
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -173,6 +180,28 @@ def padded_reference(ref_logprobs: list[list[float]], positions: Sequence[int], 
                      device: torch.device) -> torch.Tensor:
     """The (B, width) reference log-probabilities of the rollouts at `positions`, right-padded with 0."""
     return torch.tensor([ref_logprobs[p] + [0.0] * (width - len(ref_logprobs[p])) for p in positions], device=device)
+
+
+@torch.no_grad()
+def sampler_mismatch(trainer: torch.Tensor, sampler: torch.Tensor, known: torch.Tensor) -> dict[str, float]:
+    """How far the rollout engine's log-probabilities of the sampled tokens are from the trainer's pi_old, over the
+    tokens where the engine returned one: mean |log pi_trainer - log pi_sampler| and the k3 KL(sampler || trainer)
+    estimate (vLLM's bf16 kernels against the trainer's, or the decoder's cache against a full forward)."""
+    if known.sum() == 0:
+        return {}
+    delta = (trainer.detach() - sampler) * known
+    return {"logprob_mismatch": masked_mean(delta.abs(), known).item(),
+            "sampler_kl": masked_mean(torch.exp(delta) - delta - 1.0, known).item()}
+
+
+def truncated_importance_weights(trainer: torch.Tensor, sampler: torch.Tensor, known: torch.Tensor,
+                                 cap: float) -> torch.Tensor:
+    """Truncated importance sampling (TIS) of the sampler/trainer mismatch: w_t = min(pi_old(o_t) / pi_sampler(o_t),
+    cap) on tokens with a sampler log-prob, 1 elsewhere; no gradient. The rollouts were drawn from the engine's
+    distribution, the objective's ratios are taken against the trainer's pi_old: w_t reweights each token's policy
+    loss towards the trainer's distribution, capped so one token cannot dominate."""
+    capped = torch.exp((trainer.detach() - sampler).clamp(max=math.log(cap)))
+    return torch.where(known.bool(), capped, torch.ones_like(capped))
 
 
 def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int], config: UpdateConfig, pad_id: int,
@@ -198,6 +227,12 @@ def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int
             entropy = (entropies * mask).sum() / mask.sum().clamp(min=1)
     ref = None if ref_logprobs is None else padded_reference(ref_logprobs, positions, mask.shape[1], device)
     advantages = token_advantages(batch["advantages"].to(device), mask)
+    known = mask * batch["sampler_known"].to(device)
+    mismatch = sampler_mismatch(old_logprobs, batch["sampler_logprobs"].to(device), known)
+    weights = None
+    if config.tis_cap is not None:
+        weights = truncated_importance_weights(old_logprobs, batch["sampler_logprobs"].to(device), known,
+                                               config.tis_cap)
     if config.entropy_advantage_coef:
         advantages = entropy_aware_advantages(advantages, entropies, mask, config.entropy_advantage_coef,
                                               entropy_stats)
@@ -205,8 +240,12 @@ def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int
         logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
         beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type, minibatch_tokens=minibatch_tokens,
         minibatch_sequences=minibatch_sequences, max_completion_length=config.max_completion_length,
-        entropy_coeff=config.entropy_coeff, entropy=entropies, entropy_clipping=config.entropy_clipping)
+        entropy_coeff=config.entropy_coeff, entropy=entropies, entropy_clipping=config.entropy_clipping,
+        importance_weights=weights)
     stats["entropy"] = entropy.item()
+    stats.update(mismatch)
+    if weights is not None:
+        stats["tis_weight"] = masked_mean(weights, known).item()
     return loss, stats, float(mask.sum().item())
 
 

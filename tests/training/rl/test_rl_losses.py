@@ -159,3 +159,29 @@ def test_policy_loss_subtracts_entropy_coeff_times_entropy_on_sampled_tokens_onl
     assert entropy.grad[0].tolist() == pytest.approx([0.05, 0.05, 0.0])  # d loss / d H_t = -c / tokens, masked: 0
     with pytest.raises(ValueError, match="per-token entropy"):
         policy_loss(logp, logp.detach(), adv, mask, entropy_coeff=0.1)
+
+
+def test_sampler_mismatch_and_truncated_importance_weights_on_hand_made_log_probs():
+    from components.training.rl.update import sampler_mismatch, truncated_importance_weights
+
+    trainer = torch.tensor([[-1.0, -2.0, -0.5, -3.0]])
+    sampler = torch.tensor([[-1.5, -2.0, 0.0, -9.0]])
+    known = torch.tensor([[1.0, 1.0, 1.0, 0.0]])  # the last token: no sampler log-prob (or not sampled)
+    stats = sampler_mismatch(trainer, sampler, known)
+    assert stats["logprob_mismatch"] == pytest.approx((0.5 + 0.0 + 0.5) / 3)
+    k3 = [math.exp(d) - d - 1 for d in (0.5, 0.0, -0.5)]
+    assert stats["sampler_kl"] == pytest.approx(sum(k3) / 3)
+    # w = min(pi_old / pi_sampler, cap): e^0.5 = 1.65 capped at 1.5, 1, e^-0.5; 1 where unknown
+    weights = truncated_importance_weights(trainer, sampler, known, cap=1.5)
+    assert weights.tolist()[0] == pytest.approx([1.5, 1.0, math.exp(-0.5), 1.0])
+    assert sampler_mismatch(trainer, sampler, torch.zeros_like(known)) == {}
+
+
+def test_importance_weights_scale_each_tokens_policy_loss():
+    logp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0]])
+    mask = torch.ones(1, 2)
+    plain, _ = policy_loss(logp, logp.detach(), adv, mask, loss_type="token-mean")
+    weighted, _ = policy_loss(logp, logp.detach(), adv, mask, loss_type="token-mean",
+                              importance_weights=torch.tensor([[0.5, 2.0]]))
+    assert plain.item() == pytest.approx(-1.0) and weighted.item() == pytest.approx(-(0.5 + 2.0) / 2)

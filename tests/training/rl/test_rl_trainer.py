@@ -467,3 +467,25 @@ def test_the_plain_optimiser_steps_float32_master_weights_when_rl_computes_in_bf
     moved = sum(int((after[n].detach() != before).sum()) for n, before in layers.items())
     total = sum(before.numel() for before in layers.values())
     assert moved / total > 0.9
+
+
+def test_each_update_logs_how_far_the_samplers_log_probs_are_from_the_trainers(tiny_model_dir):
+    """The rollout engine's log-probs of the sampled tokens against the trainer's pi_old, every step: here the
+    engine's are the trainer's own shifted by 0.25 on every sampled token."""
+    import torch
+
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, update_policy
+
+    model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+    rollouts = [Rollout(input_ids=[20, 21, 22, 23, 24, 25], loss_mask=[0, 0, 1, 1, 0, 1], advantage=1.0),
+                Rollout(input_ids=[20, 21, 30, 31, 32, 33], loss_mask=[0, 0, 1, 1, 1, 1], advantage=-1.0)]
+    trainer = fill_logprobs(model, rollouts, 2, 0, 1.0, overwrite=False)
+    for rollout, logprobs in zip(rollouts, trainer):
+        rollout.sampler_logprobs = [lp - 0.25 * m for lp, m in zip(logprobs, rollout.loss_mask)]
+    optimizer = TorchOptimizer(model, 1e-4, 0.0, 1.0, "constant", 0, 1)
+    stats = update_policy(model, optimizer, rollouts, UpdateConfig(micro_batch_size=2, tis_cap=2.0), pad_id=0)
+    assert stats["logprob_mismatch"] == pytest.approx(0.25, abs=1e-5)
+    assert stats["tis_weight"] == pytest.approx(math.exp(0.25), abs=1e-4)
+    assert torch.isfinite(torch.tensor(stats["sampler_kl"]))
