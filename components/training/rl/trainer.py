@@ -516,7 +516,8 @@ def update_step(parts: Parts, params: RLParams, scored: list[Scored], advantages
         stats = {"optimizer_steps": 0}
     stats["lr"] = optimizer.lr
     optimizer.schedule_step()
-    parts.sync.push(optimizer.unwrap())
+    tensors, stats["weight_sync_s"] = timed(parts.sync.push, optimizer.unwrap())  # vLLM: parameter by parameter
+    stats["weight_sync_tensors"] = tensors
     return stats
 
 
