@@ -6,10 +6,15 @@ meaningful without namespaces, under the rlimit-only mode. Isolation tests (netw
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
+import re
 import shutil
+import signal
 import socket
 import stat
+import struct
 import tempfile
 import textwrap
 import time
@@ -280,3 +285,110 @@ def test_params_defaults_and_errors():
     for bad in ({"isolation": "none"}, {"wall_seconds": 0}, {"library_dirs": ["site-packages"]}, {"cpu": 5}):
         with pytest.raises(ParamsError, match="sandbox"):
             parse_section({"sandbox": bad}, "sandbox", SandboxParams)
+
+
+# --- the seccomp filter, the memory cgroup, what reaches the model ---------------------------------------------
+
+ALLOW, EPERM = 0x7FFF0000, 0x00050000 | errno.EPERM
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7, "i386": 0x40000003}
+
+
+def run_filter(program: bytes, number: int, arch: int) -> int:
+    """What the kernel's seccomp would answer for system call `number` made through ABI `arch` (a minimal cBPF
+    interpreter for the instructions the filter uses)."""
+    data = struct.pack("=iI", number, arch) + bytes(56)  # struct seccomp_data: nr, arch, then ip and args
+    instructions = [struct.unpack_from("=HBBI", program, at) for at in range(0, len(program), 8)]
+    pc, accumulator = 0, 0
+    while True:
+        code, jump_true, jump_false, k = instructions[pc]
+        if code == 0x20:  # BPF_LD | BPF_W | BPF_ABS
+            accumulator, pc = struct.unpack_from("=I", data, k)[0], pc + 1
+        elif code in (0x15, 0x35):  # BPF_JMP | BPF_JEQ / BPF_JGE, against k
+            taken = accumulator == k if code == 0x15 else accumulator >= k
+            pc += 1 + (jump_true if taken else jump_false)
+        elif code == 0x06:  # BPF_RET | BPF_K
+            return k
+        else:
+            raise AssertionError(f"unexpected BPF instruction {code:#x}")
+
+
+@pytest.mark.parametrize("machine, column, allowed", [
+    ("x86_64", 0, {"read": 0, "write": 1, "getpid": 39, "clone": 56, "fork": 57, "execve": 59, "exit_group": 231,
+                   "wait4": 61, "mmap": 9, "clone3": 435, "setrlimit": 160}),
+    ("aarch64", 1, {"read": 63, "write": 64, "getpid": 172, "clone": 220, "execve": 221, "exit_group": 94,
+                    "wait4": 260, "mmap": 222, "clone3": 435, "setrlimit": 164}),
+])
+def test_the_seccomp_filter_refuses_exactly_the_denied_calls(machine, column, allowed):
+    program = sandbox_module.seccomp_filter(machine)
+    arch = AUDIT_ARCH[machine]
+    for name, numbers in sandbox_module.DENIED_SYSCALLS.items():
+        if numbers[column] is not None:
+            assert run_filter(program, numbers[column], arch) == EPERM, name
+    for name, number in allowed.items():
+        assert run_filter(program, number, arch) == ALLOW, name
+    assert run_filter(program, 26, AUDIT_ARCH["i386"]) == EPERM  # i386's ptrace, through int 0x80
+    if machine == "x86_64":
+        assert run_filter(program, 0x40000000 | 39, arch) == EPERM  # the x32 ABI
+    assert sandbox_module.seccomp_filter("riscv64") is None
+
+
+@pytest.mark.parametrize("header, column", [("/usr/include/x86_64-linux-gnu/asm/unistd_64.h", 0),
+                                            ("/usr/include/asm-generic/unistd.h", 1)])
+def test_the_syscall_table_matches_the_kernel_headers(header, column):
+    """The numbers in DENIED_SYSCALLS are the kernel's (x86_64's own table; aarch64 uses the generic one)."""
+    if not os.path.exists(header):
+        pytest.skip(f"{header} is not installed (linux-libc-dev)")
+    numbers = dict(re.findall(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", Path(header).read_text()))
+    for name, row in sandbox_module.DENIED_SYSCALLS.items():
+        if row[column] is not None:
+            assert int(numbers[name]) == row[column], name
+
+
+HYBRID_CGROUPS = "4:memory:/agents/a1\n1:cpu:/\n0::/\n"
+HYBRID_MOUNTS = ("31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+                 "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+                 "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n"
+                 "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n")
+
+
+def test_memory_cgroups_are_looked_for_in_v2_then_in_v1s_memory_hierarchy():
+    assert sandbox_module.memory_cgroup_candidates(HYBRID_CGROUPS, HYBRID_MOUNTS) == [
+        sandbox_module.MemoryCgroup("/sys/fs/cgroup/unified", 2),
+        sandbox_module.MemoryCgroup("/sys/fs/cgroup/memory/agents/a1", 1)]
+    unified = "25 1 0:22 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    assert sandbox_module.memory_cgroup_candidates("0::/user.slice/user-1000.slice/session-2.scope\n", unified) == [
+        sandbox_module.MemoryCgroup("/sys/fs/cgroup/user.slice/user-1000.slice/session-2.scope", 2)]
+    assert sandbox_module.memory_cgroup_candidates("1:cpu:/\n", HYBRID_MOUNTS.splitlines()[1]) == []
+
+
+def test_without_a_memory_cgroup_it_says_so_once_with_the_worst_case(monkeypatch, caplog):
+    reason = "cgroup v2 at /sys/fs/cgroup/unified does not give the memory controller to its children"
+    monkeypatch.setattr(sandbox_module, "find_memory_cgroup", lambda: (None, reason))
+    monkeypatch.setattr(sandbox_module, "_cgroup_fallback_logged", False)
+    params = SandboxParams(isolation="rlimit", memory_mib=256, max_processes=8, **QUICK)
+    with caplog.at_level(logging.WARNING, logger=sandbox_module.__name__), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        sandboxes = [Sandbox(params), Sandbox(params)]
+    said = [record.getMessage() for record in caplog.records if "no memory cgroup" in record.getMessage()]
+    assert len(said) == 1 and reason in said[0] and "= 2048 MiB" in said[0]
+    assert sandboxes[0].cgroup is None and run(sandboxes[0], "print('runs without one')").ok  # a clean fallback
+
+
+def test_control_characters_are_escaped_newlines_and_tabs_kept():
+    assert sandbox_module.printable(b"a\tb\n\x1b[31mred\x07\r\x00\x7f \xc2\x9b caf\xc3\xa9 \xff") == (
+        "a\tb\n\\x1b[31mred\\x07\\x0d\\x00\\x7f \\x9b caf\u00e9 \ufffd")
+
+
+def test_too_many_files_and_an_impossible_mmap_name_their_limits(sandbox):
+    result = run(sandbox, "open('/dev/null').close()\nfiles = [open('/dev/null') for _ in range(10000)]")
+    assert result.limit == "open_files" and result.error == "the program could not open more files (limit 64 open " \
+                                                            "at once)"
+    result = run(sandbox, "import mmap; mmap.mmap(-1, 64 << 30)")
+    assert result.limit == "memory" and result.exception == "OSError: [Errno 12] Cannot allocate memory"
+
+
+def test_a_program_that_ignores_sigxcpu_is_stopped_by_the_cpu_limit(sandbox):
+    result = sandbox.run("import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass")
+    assert result.signal == signal.SIGKILL and result.limit in ("cpu", "wall"), result  # wall: a very busy host
+    assert result.limit == "wall" or (result.error == "the program was stopped after 1 s of CPU time"
+                                      and result.cpu_seconds >= 1.9)
