@@ -31,6 +31,9 @@ from pathlib import Path
 LAUNCHERS = ("dvc", "prefect")
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "fish", "busybox"})
 WRAPPERS = frozenset({"env", "nice", "ionice", "stdbuf", "taskset", "time", "timeout", "uv"})
+# a training stage that starts itself again under torchrun (components/training/launch.py): its processes look
+# through the launcher and the `star` command that started it, to the dvc or Prefect process behind them
+RELAUNCHERS = frozenset({"torch.distributed.run", "torchrun", "star"})
 POLL_SECONDS = 1.0
 GRACE_SECONDS = 30.0  # after the stop signal, how long cleanup may take before the process exits regardless
 GROUP_GRACE_SECONDS = 20.0  # after SIGTERM, how long a tied child's group may take to stop before SIGKILL
@@ -93,8 +96,12 @@ def program_name(argv: Sequence[str]) -> str:
 def find_launcher(ancestors: Sequence[Process]) -> Process | None:
     """The dvc or Prefect process that started us (ancestors nearest first), looking through shells and command
     wrappers only; None for anything else (an interactive shell, a test runner, a terminal)."""
+    relaunched = False
     for process in ancestors:
         if process.name in SHELLS or process.name in WRAPPERS:
+            continue
+        if process.name in RELAUNCHERS and (relaunched or process.name != "star"):
+            relaunched = True  # `star` is looked through only above its own torchrun
             continue
         return process if process.name.split(".")[0] in LAUNCHERS else None
     return None

@@ -56,6 +56,12 @@ def test_the_launcher_is_dvc_or_prefect_seen_through_shells_and_wrappers():
     assert lifeline.find_launcher([process(20, "bash"), process(22, "tmux: server")]) is None
     assert lifeline.find_launcher([process(23, "/venv/bin/python", "-m", "pytest"), dvc]) is None
     assert lifeline.find_launcher([]) is None
+    # a data-parallel stage: its workers, under the torchrun that `star rl` started, follow the dvc behind them
+    torchrun = process(30, "/venv/bin/python", "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m",
+                       "components.cli", "rl")
+    star = process(31, "/venv/bin/python", "/venv/bin/star", "rl")
+    assert lifeline.find_launcher([torchrun, star, bash_c, dvc]) == dvc
+    assert lifeline.find_launcher([star, bash_c, dvc]) is None  # a star command is no wrapper on its own
 
 
 def test_a_process_is_alive_until_it_exits_and_a_reused_pid_is_another_process():
