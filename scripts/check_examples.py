@@ -109,6 +109,7 @@ EXAMPLES: dict[str, Check] = {
     "star rollout --model DIR --world DIR --queries Q.jsonl --out T.jsonl": Check(
         "run", "star rollout --model models/sft --world data/world --queries data/queries/val.jsonl "
                "--out {tmp}/T.jsonl", timeout=300),
+    "star rl --plan [--gpu-memory-gib 80]": Check("run", "star rl --plan --gpu-memory-gib 80", timeout=60),
     "star queries": Check("covered", why="a stage: `dvc repro` runs it, and every dvc.yaml stage cmd is parsed"),
     # README: running and comparing experiments
     "dvc exp run -S params/rl.yaml:rl.reward.kind=macro": Check("run", timeout=900, restore=True),
