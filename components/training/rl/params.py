@@ -99,6 +99,17 @@ class AepoParams(Params):
     entropy_advantage_coef: float = Field(0.2, ge=0)  # a in A * (1 + a * (H_t - mean H) / std H) (0: off)
 
 
+class LoraParams(Params):
+    """LoRA through peft (components/training/rl/lora.py): adapters on a frozen base, for a model whose full-weight
+    training state (16 bytes a parameter) does not fit its GPU (`star rl --plan`)."""
+
+    enabled: bool = False
+    r: int = Field(16, gt=0)  # the adapters' rank
+    alpha: float = Field(32.0, gt=0)  # scale = alpha / r
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 class RolloutParams(LimitsParams, DecoderParams):
     """How RL samples its rollouts: the episode limits and decoding settings every agent-loop family shares, plus
     the sampling distribution."""
@@ -201,6 +212,7 @@ class RLParams(Params):
     env: EnvParams = EnvParams()
     eval: EvalParams = EvalParams()
     distributed: DistributedParams = DistributedParams()
+    lora: LoraParams = LoraParams()
     # checkpoints
     checkpoint_every: int = Field(1, gt=0)  # steps between checkpoints
     keep_checkpoints: int = Field(2, gt=0)
@@ -246,6 +258,14 @@ class RLParams(Params):
         if self.mini_batch_size is not None and self.mini_batch_size % processes:
             raise ValueError(f"mini_batch_size ({self.mini_batch_size}) must be a multiple of distributed.processes "
                              f"({processes}): each process takes an equal share of every mini-batch")
+        return self
+
+    @model_validator(mode="after")
+    def _lora_with_plain_torch(self) -> "RLParams":
+        if self.lora.enabled and self.distributed.strategy != "none":
+            raise ValueError("lora.enabled trains adapters with the plain torch optimiser: set distributed.strategy: "
+                             "none (LoRA's training state is small; data parallel over distributed.processes still "
+                             "works)")
         return self
 
     @model_validator(mode="after")

@@ -12,6 +12,8 @@ Bytes per GPU, for the rl stage's training process (P parameters, N = rl.distrib
   gradient checkpointing each layer keeps only its input (2h bytes a token) and one layer is recomputed at a time.
   The output layer's float32 logits are built only at the sampled positions: tokens x vocabulary x 4 bytes (at
   most a whole context of them).
+- with LoRA (`rl.lora`), the frozen base in 16 bits (2P) and, for the L adapter parameters (rank r on each target
+  module: r x (its input + output width) a layer), float32 weights, gradients and moments: 16L.
 - the rollout engine (vLLM, colocated): bf16 weights (2P) and the KV cache of this GPU's episodes
   (queries_per_step x G / N), 2 x layers x kv x 2 bytes a token, at most `max_context_tokens` each; vLLM takes
   `gpu_memory_utilization` of the GPU and serves what does not fit in turns.
@@ -52,6 +54,17 @@ class Architecture:
     @property
     def kv_width(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    def module_shapes(self) -> dict[str, tuple[int, int]]:
+        """(input, output) width of each projection a LoRA adapter can target."""
+        h, kv, i = self.hidden_size, self.kv_width, self.intermediate_size
+        return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h), "gate_proj": (h, i),
+                "up_proj": (h, i), "down_proj": (i, h)}
+
+    def lora_parameters(self, r: int, targets: tuple[str, ...]) -> int:
+        """L: the adapters' parameters, rank r on each targeted projection of every layer."""
+        shapes = self.module_shapes()
+        return self.num_layers * sum(r * sum(shapes[t]) for t in targets if t in shapes)
 
     @property
     def parameters(self) -> int:
@@ -124,6 +137,7 @@ class Plan:
     gradient_checkpointing: bool
     vllm: bool
     gpu_memory_utilization: float
+    lora: int = 0  # adapter parameters (rl.lora; 0: full weights)
 
     @property
     def training(self) -> int:
@@ -150,6 +164,9 @@ def make_plan(params: RLParams, architecture: Architecture, vllm: bool = True) -
     weights = 4 * p if params.distributed.strategy == "none" else 2 * p
     gradients = 4 * p if params.distributed.strategy == "none" else 2 * p
     optimizer = 8 * p if params.distributed.strategy == "none" else 12 * p
+    if params.lora.enabled:
+        adapters = arch.lora_parameters(params.lora.r, params.lora.target_modules)
+        weights, gradients, optimizer = 2 * p + 4 * adapters, 4 * adapters, 8 * adapters
     episodes = params.queries_per_step * params.group_size
     per_gpu = max(1, episodes // processes)
     turn_budget = min(context, params.rollout.max_turns * params.rollout.max_tokens_per_turn)
@@ -164,7 +181,8 @@ def make_plan(params: RLParams, architecture: Architecture, vllm: bool = True) -
         kv_cache=per_gpu * context * 2 * arch.num_layers * arch.kv_width * 2 if vllm else 0,
         episodes_per_gpu=per_gpu, tokens_per_step=episodes * context, sampled_tokens_per_step=episodes * turn_budget,
         gradient_checkpointing=params.distributed.gradient_checkpointing, vllm=vllm,
-        gpu_memory_utilization=params.rollout.gpu_memory_utilization)
+        gpu_memory_utilization=params.rollout.gpu_memory_utilization,
+        lora=arch.lora_parameters(params.lora.r, params.lora.target_modules) if params.lora.enabled else 0)
 
 
 def gib(n: int) -> str:
@@ -178,7 +196,8 @@ def render(plan: Plan, gpu_gib: float) -> str:
     lines = [
         f"model: {arch.name}, {arch.parameters / 1e9:.2f}B parameters ({arch.num_layers} layers, hidden "
         f"{arch.hidden_size}, vocabulary {arch.vocab_size:,})",
-        f"world: {plan.processes} process(es), one GPU each; strategy {plan.strategy}; rollouts "
+        f"world: {plan.processes} process(es), one GPU each; strategy {plan.strategy}"
+        f"{'' if not plan.lora else f' with LoRA ({plan.lora / 1e6:,.1f}M adapter parameters)'}; rollouts "
         f"{'vLLM, colocated' if plan.vllm else 'transformers'}",
         f"tokens per step: {plan.tokens_per_step:,} at most ({plan.sampled_tokens_per_step:,} sampled at most); "
         f"{plan.episodes_per_gpu} episodes per GPU",

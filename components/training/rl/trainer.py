@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from components.errors import UserError
 from components.evaluation.validate import run_validation
 from components.models.checkpoints import save_checkpoint as save_hf
+from components.models.checkpoints import write_manifest
 from components.models.loading import load_policy_model, load_tokenizer, resolve_device, resolve_dtype
 from components.training.rl import checkpoint as ckpt
 from components.training.rl.advantages import group_advantages
@@ -45,6 +46,7 @@ from components.training.rl.cursor import QueryCursor
 from components.training.rl.dapo import dynamic_sampling
 from components.training.rl.distributed import SINGLE, Ranks, init_ranks, shard
 from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
+from components.training.rl.lora import attach_lora, merged_model, save_adapters
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
 from components.training.rl.rewards import TrajectoryReward, check_pass_rates, trajectory_reward
@@ -341,6 +343,7 @@ class Parts:
     update_config: UpdateConfig
     pad_id: int
     ranks: Ranks = SINGLE  # the data-parallel ranks (rl.distributed.processes)
+    adapters: object = None  # rl.lora: the PeftModel owning the adapters (checkpoints hold them alone)
 
 
 def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: Path, total_steps: int,
@@ -353,10 +356,17 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
     # mode keeps its own float32 master copy.
     compute_dtype = resolve_dtype(params.dtype, device)
     plain = params.distributed.strategy == "none"
-    model = load_policy_model(source, dtype="float32" if plain else params.dtype, device=device)
+    adapters = None  # the PeftModel owning the LoRA adapters (rl.lora)
+    if params.lora.enabled:  # a frozen base in rl.dtype (always the stage's input model) and float32 adapters
+        model = load_policy_model(paths.model, dtype=params.dtype, device=device)
+        model, adapters = attach_lora(model, params.lora, adapter_dir=None if source == paths.model else source)
+    else:
+        model = load_policy_model(source, dtype="float32" if plain else params.dtype, device=device)
     tokenizer = load_tokenizer(source)
     if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+        if adapters is not None:
+            model.enable_input_require_grads()  # the frozen embeddings would cut the checkpointed graph
     ref_model = None
     if params.beta > 0:  # the reference is the stage's input model, also when resuming
         ref_model = load_policy_model(paths.model, dtype=params.dtype, device=device).eval()
@@ -378,7 +388,7 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
                           tis_cap=params.tis_cap)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, ranks)
+    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, ranks, adapters)
 
 
 @dataclass
@@ -612,9 +622,20 @@ def save_step(run: TrainingRun, paths: RLPaths, params: RLParams, step: int) -> 
     state = ckpt.TrainState(step=step, cursor=run.cursor.state(), history=run.history,
                             extra={"eval_history": run.eval_history, "fingerprint": run.fingerprint,
                                    RUN_ID_KEY: run.run_id, WORLD_SIZE_KEY: ranks.size})
-    ckpt.save_checkpoint(paths.checkpoints, state,
-                         save_model=lambda d: save_hf(optimizer.unwrap(), tokenizer, d, stage="rl", step=step),
+    ckpt.save_checkpoint(paths.checkpoints, state, save_model=lambda d: save_weights(run.parts, d, step=step),
                          save_optimizer=optimizer.save, keep=params.keep_checkpoints, rng_states=rng_states)
+
+
+def save_weights(parts: Parts, directory: Path, **manifest) -> None:
+    """A checkpoint's weights: the model (or, with LoRA, its adapters alone, resumed onto the input model) and the
+    tokenizer."""
+    if parts.adapters is None:
+        save_hf(parts.optimizer.unwrap(), parts.tokenizer, directory, stage="rl", **manifest)
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    save_adapters(parts.adapters, directory)
+    parts.tokenizer.save_pretrained(directory)
+    write_manifest(directory, stage="rl", lora=True, **manifest)
 
 
 def resume_tags(state: ckpt.TrainState) -> dict:
@@ -684,8 +705,9 @@ def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
     """Save the final model and write metrics/rl.json (rank 0); return its summary (empty on other ranks)."""
     if not run.parts.ranks.main:
         return {}
-    save_hf(run.parts.optimizer.unwrap(), run.parts.tokenizer, paths.out, stage="rl", steps=run.total_steps,
-            algorithm=params.algorithm, reward=params.reward_kind)
+    final = run.parts.optimizer.unwrap() if run.parts.adapters is None else merged_model(run.parts.adapters)
+    save_hf(final, run.parts.tokenizer, paths.out, stage="rl", steps=run.total_steps, algorithm=params.algorithm,
+            reward=params.reward_kind, lora=run.parts.adapters is not None)
     summary = summarize(run.history, run.total_steps, run.resumed_from, run.totals,
                         time.perf_counter() - run.started, params)
     if run.eval_history:

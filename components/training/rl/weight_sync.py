@@ -20,7 +20,13 @@ class NoWeightSync:
 
 
 def gathered_parameters(model) -> Iterator[tuple[str, object]]:
-    """(name, full tensor) for every parameter; under ZeRO-3 each one is gathered from its shards first."""
+    """(name, full tensor) for every parameter; under ZeRO-3 each one is gathered from its shards first; with LoRA
+    adapters, the base's weights with the adapters merged in, under the base's names."""
+    from components.training.rl.lora import has_lora, merged_parameters
+
+    if has_lora(model):
+        yield from merged_parameters(model)
+        return
     zero3 = any(hasattr(p, "ds_id") for p in model.parameters())
     for name, param in model.named_parameters():
         if zero3:
