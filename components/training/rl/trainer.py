@@ -373,7 +373,9 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
         ref_model.requires_grad_(False)
     optimizer = build_optimizer(model, params, total_steps, ranks)
     seed = rank_seed(params.seed, ranks)  # each rank samples its own episodes
-    policy = build_policy(optimizer.unwrap(), tokenizer, source, params.rollout, seed, device)
+    # a LoRA checkpoint holds adapters only: a vLLM engine loads the base and gets the adapters by the weight sync
+    engine_source = paths.model if adapters is not None else source
+    policy = build_policy(optimizer.unwrap(), tokenizer, engine_source, params.rollout, seed, device)
     limits = params.rollout.to_limits()
     engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=seed,
                            entropy_tokens=params.arpo.entropy_tokens, source=tasks)
@@ -388,7 +390,10 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
                           tis_cap=params.tis_cap)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    return Parts(tokenizer, optimizer, engine, build_weight_sync(policy), ref_model, config, pad_id, ranks, adapters)
+    sync = build_weight_sync(policy)
+    if adapters is not None and source != paths.model:
+        sync.push(optimizer.unwrap())  # the resumed adapters, merged, before the first rollout
+    return Parts(tokenizer, optimizer, engine, sync, ref_model, config, pad_id, ranks, adapters)
 
 
 @dataclass

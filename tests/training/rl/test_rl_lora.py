@@ -35,7 +35,7 @@ def test_lora_trains_the_adapters_alone_and_merges_them_into_an_ordinary_model(t
     base, final = weights(tiny_model_dir), weights(paths.out)
     assert final.keys() == base.keys()  # the base's own names: no lora_ or base_layer entries
     changed = {name for name in base if not torch.equal(base[name], final[name])}
-    assert changed and all(any(m in name for m in LORA["lora"].get("target_modules", ("proj",))) for name in changed)
+    assert changed and all("_proj." in name for name in changed)  # the adapted projections
     assert not any("embed" in name or "norm" in name for name in changed)  # frozen: only adapted weights move
     load_policy_model(paths.out, dtype="float32", device="cpu")  # an ordinary checkpoint for validate@rl
 
@@ -82,3 +82,26 @@ def test_lora_needs_the_plain_torch_optimiser():
 
     with pytest.raises(ValueError, match="lora.enabled trains adapters with the plain torch optimiser"):
         RLParams.model_validate({"lora": {"enabled": True}, "distributed": {"strategy": "deepspeed"}})
+
+
+def test_a_resumed_lora_run_pushes_its_adapters_to_the_engine_before_the_first_rollout(tmp_path, tiny_model_dir,
+                                                                                      tiny_world_dir, rl_queries_path,
+                                                                                      monkeypatch):
+    """The engine loads the base (a LoRA checkpoint holds adapters only); the resumed adapters reach it, merged,
+    through the weight sync before any rollout."""
+    from components.training.rl import trainer
+
+    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    train(RLParams.model_validate(LORA), paths, progress_bar=False)
+    pushes, sources = [], []
+
+    class Recorder:
+        def push(self, model):
+            pushes.append(len(pushes))
+            return 0
+
+    original = trainer.build_policy
+    monkeypatch.setattr(trainer, "build_weight_sync", lambda policy: Recorder())
+    monkeypatch.setattr(trainer, "build_policy", lambda *a, **k: sources.append(a[2]) or original(*a, **k))
+    run = trainer.start_run(RLParams.model_validate({**LORA, "max_steps": 3}), paths, lambda tags: None, None)
+    assert run.resumed_from == 2 and pushes == [0] and sources == [tiny_model_dir]
