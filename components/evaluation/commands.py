@@ -101,7 +101,7 @@ def run_qa_build(args: argparse.Namespace) -> int:
         metrics = build_qa_data(params, args.out)
         metrics["wall_time_s"] = time.perf_counter() - started
         write_json(metrics, args.metrics)
-        run.log_metrics(metrics)
+        run.log_stats(metrics)
         run.log_artifact(args.metrics)
     print(f"wrote QA data to {args.out}/ ({metrics['passages']} passages, "
           f"{sum(metrics['questions'].values())} questions) and metrics to {args.metrics}")

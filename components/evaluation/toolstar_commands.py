@@ -100,7 +100,7 @@ def run_tasks(args: argparse.Namespace) -> int:
     with tracking.stage_run("toolstar_tasks", params=params) as run:
         metrics = build_tasks(params, args.qa, out)
         write_json(metrics, metrics_path)
-        run.log_metrics(metrics)
+        run.log_stats(metrics)
         run.log_artifact(metrics_path)
     print(f"wrote {out}/sft.jsonl ({metrics['sft']['n']} tasks) and {out}/val.jsonl "
           f"({metrics['val']['n']} tasks); metrics in {metrics_path}")
@@ -140,7 +140,7 @@ def run_teach(args: argparse.Namespace) -> int:
         write_jsonl(train, args.out / "train.jsonl")
         write_jsonl(evaluation, args.out / "eval.jsonl")
         write_json(metrics, args.metrics)
-        run.log_metrics(metrics)
+        run.log_stats(metrics)
         run.log_artifact(args.metrics)
     if not metrics["kept"]:
         print("warning: the expert solved no task; the toolstar_sft stage will have no data", file=sys.stderr)

@@ -97,9 +97,12 @@ def rl(args: argparse.Namespace) -> int:
     with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm,
                                                        "star.rl.env": params.env.kind}) as run:
+        for name, path, context in (("queries", paths.queries, "training"),
+                                    ("eval_queries", paths.eval_queries, "evaluation")):
+            if path is not None and Path(path).is_file():
+                run.log_input(name, path, context=context)
         summary = train(params, paths, log=run.log_metrics, tag=run.set_tags, run_id=run.run_id)
-        run.log_metrics({f"summary.{k}": v for k, v in summary.items()
-                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        run.log_stats(summary)
         run.log_artifact(paths.metrics)
         run.log_artifact(paths.rewards_csv)
         if paths.eval_csv.exists():
