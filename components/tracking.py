@@ -633,7 +633,7 @@ class Run:
     lineage: dict[str, str] = field(default_factory=dict, repr=False)  # dataset digests for the models it logs
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _monitor: Any = field(default=None, repr=False, compare=False)  # the system-metrics sampler (training stages)
-    _summary_parent: str | None = field(default=None, repr=False, compare=False)  # a `dvc repro` parent to refresh
+    _summary_parent: str | None = field(default=None, repr=False, compare=False)  # the parent run to sum up on
     replay_all: ClassVar[bool] = False  # whether the runs under this one spool with it (the warning's command)
 
     @property
@@ -963,8 +963,7 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
         run.go_offline(exc)
         return run
     run.run_id, run.experiment_id = created.info.run_id, experiment_id
-    if launcher:
-        run._summary_parent = parent_id
+    run._summary_parent = parent_id
     if system_metrics_wanted(stage):
         run.start_system_metrics()
     print(f"[{stage}] MLflow run {run.run_id} in experiment '{start['experiment']}' at "
@@ -1252,15 +1251,21 @@ def log_checkpoint_metrics(run: Run, root: str | Path) -> None:
 
 
 def refresh_parent_summary(run: Run) -> None:
-    """After a stage under a plain `dvc repro` (which ends its parent run nowhere): log on that parent the checkpoint
-    metrics of the workspace that changed since its last stage. Never fails the stage."""
+    """After a stage: log on its parent run the pipeline params it lacks and the checkpoint metrics that changed,
+    both read from the stage's workspace. That sums up the parents that no flow ends: a plain `dvc repro`'s, and a
+    sweep variant's, whose stages run in the experiment's own copy (`dvc exp run --temp`) with its overrides. Never
+    fails the stage."""
     parent_id = run._summary_parent
     if not parent_id or run.offline:
         return
     try:
         client = _client()
-        current = client.get_run(parent_id).data.metrics
-        changed = {k: v for k, v in checkpoint_metrics(workspace_root()).items() if current.get(k) != v}
+        parent = client.get_run(parent_id).data
+        root = workspace_root()
+        missing = {k: v for k, v in redact(pipeline_params(root)).items() if k not in parent.params}
+        if missing:
+            _apply_params(client, parent_id, {"params": missing})
+        changed = {k: v for k, v in checkpoint_metrics(root).items() if parent.metrics.get(k) != v}
         if changed:
             _apply_metrics(client, parent_id, {"metrics": changed, "step": 0, "timestamp": now_ms()})
     except Exception as exc:

@@ -660,6 +660,30 @@ def test_the_run_of_a_plain_dvc_repro_carries_the_params_and_the_metrics_its_sta
     assert parent.data.metrics == {**expected, "validate/rl/final_pass": 0.5}
 
 
+def test_a_sweep_variants_run_gets_the_params_and_metrics_of_its_experiments_copy(sqlite_store, monkeypatch):
+    """A sweep variant (flows/sweep.py) runs its stages in the copy `dvc exp run --temp` makes, with the variant's
+    overrides in its params files: each stage sums the copy up on the variant's run, so that the runs table compares
+    the variants by their knobs and headline metrics side by side."""
+    from mlflow.tracking import MlflowClient
+
+    copy = sqlite_store / ".dvc" / "tmp" / "exps" / "tmp1234"
+    _fake_project(copy)
+    rl_params = copy / "params" / "rl.yaml"
+    rl_params.write_text(rl_params.read_text().replace("kind: macro", "kind: sum"))  # the variant's override
+    monkeypatch.setenv("DVC_ROOT", str(copy))
+    with tracking.pipeline_run("sweep") as sweep:
+        with tracking.pipeline_run("reward-sum", params={"overrides": ["params/rl.yaml:rl.reward.kind=sum"]},
+                                   parent=sweep) as variant:
+            monkeypatch.setenv(tracking.PARENT_RUN_ENV, variant.run_id)
+            with tracking.stage_run("validate@rl"):
+                pass
+    run = MlflowClient().get_run(variant.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == sweep.run_id
+    assert run.data.params == {**EXPECTED_PIPELINE_PARAMS, "rl.reward.kind": "sum",
+                               "overrides": '["params/rl.yaml:rl.reward.kind=sum"]'}
+    assert run.data.metrics == EXPECTED_CHECKPOINT_METRICS
+
+
 def test_a_new_experiment_keeps_its_artifacts_beside_the_sqlite_store_wherever_the_stage_runs(tmp_path, monkeypatch,
                                                                                              mlflow_db):
     """What is asserted: with a local sqlite store, the experiment's artifact location (and so every run's
