@@ -84,7 +84,7 @@ def test_metrics_are_named_by_stage_and_only_evaluations_log_one_point_results(s
             one_off = len(points) == 1 and int(points[0].get("step", 0)) == 0
             assert not one_off or kind in EVALUATION_STAGES, f"{stage}: {key} is a one-point metric"
     world_tags = by_key(runs["world"]["data"]["tags"])
-    assert int(world_tags["stats.rows.hotels"]) > 0 and not runs["world"]["data"].get("metrics")
+    assert int(world_tags["stats.rows.accommodations"]) > 0 and not runs["world"]["data"].get("metrics")
 
 
 def test_the_parent_run_holds_the_pipeline_params_and_every_checkpoints_headline_metrics(smoke_experiment):
@@ -131,4 +131,4 @@ def test_no_artifact_uri_is_a_path_of_the_machine_that_ran_the_stage(smoke_exper
 
 def test_an_ordinary_number_is_not_redacted(smoke_experiment):
     _, _, runs = smoke_experiment
-    assert by_key(runs["sft_data"]["data"]["params"])["filter.chars_per_token"] == "4.2"
+    assert by_key(runs["sft_data"]["data"]["params"])["chars_per_token"] == "4.2"
