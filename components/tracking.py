@@ -325,6 +325,33 @@ def ensure_experiment(name: str) -> str:
     raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {redact_url(tracking_uri())}")
 
 
+# MLflow 3.17's UI opens every experiment in the view of its global GenAI / Model training switch (remembered by the
+# browser, GenAI at first) and reads this query parameter before it; the experiment's kind tag is what a UI that
+# chooses per experiment reads.
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def existing_experiment_id(name: str) -> str | None:
+    """The id of experiment `name` in the tracking store, without creating anything (None: no such experiment, or
+    no store yet, or a server that does not answer at once)."""
+    uri = tracking_uri()
+    path = sqlite_path(uri)
+    if path is not None and not path.exists():
+        return None
+    try:
+        with limited_http_waits():
+            found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    except Exception:
+        return None
+    return found.experiment_id if found else None
+
+
+def experiment_link(ui_url: str, experiment_id: str | None) -> str:
+    """The UI link to an experiment's runs (the experiments list without an id) in the model-training view."""
+    where = f"experiments/{experiment_id}/runs" if experiment_id else "experiments"
+    return f"{ui_url}/#/{where}?{MODEL_TRAINING_VIEW}"
+
+
 def _create_experiment(client, name: str) -> str:
     """Create experiment `name` where its store puts experiments: a server decides for itself; a local sqlite store
     puts it in `<artifact root>/<experiment id>` with the root beside its database (`default_artifact_location`), the
