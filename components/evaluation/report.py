@@ -147,13 +147,17 @@ def ood_table(ood: dict[str, dict], order: list[str]) -> Table:
             continue
         m = ood[name]
         per = m.get("per_dataset", {})
+        in_context = [pct(per[d]["answer_in_context"]) for d in datasets if "answer_in_context" in per.get(d, {})]
         rows.append([name, ood_mode(m), str(m.get("n", "-")),
                      *[with_interval(per.get(d, {}).get("em"), per.get(d, {}).get("em_ci95")) for d in datasets],
-                     with_interval(m.get("em"), m.get("em_ci95")), with_interval(m.get("f1"), m.get("f1_ci95"))])
+                     with_interval(m.get("em"), m.get("em_ci95")), with_interval(m.get("f1"), m.get("f1_ci95")),
+                     " / ".join(in_context) or "-"])
     return Table("Out of domain: QA (exact match, 95% intervals)",
-                 ["checkpoint", "mode", "n", *[f"{d} EM" for d in datasets], "avg EM", "avg F1"], rows,
+                 ["checkpoint", "mode", "n", *[f"{d} EM" for d in datasets], "avg EM", "avg F1",
+                  f"answer in passages ({' / '.join(datasets)})"], rows,
                  note="mode search: the model looks the facts up with the search tool; mode in_context: the "
-                      "question's retrieved passages are in the conversation and the model answers in one turn. "
+                      "question's retrieved passages are in the conversation and the model answers in one turn, "
+                      "and 'answer in passages' is the share of questions whose answer they hold (EM's ceiling). "
                       "Intervals: Wilson for one dataset's EM, a percentile bootstrap over questions otherwise.")
 
 

@@ -26,12 +26,14 @@ def mode_metrics(level: float) -> dict:
 
 def question_results(dataset: str, right: int, n: int = 100, mode: str = "in_context") -> list[dict]:
     """Per-question OOD QA results of one dataset: the first `right` of `n` questions answered exactly (F1 1), the
-    next five half right (F1 0.5), the rest wrong; question ids are the same for every checkpoint."""
+    next five half right (F1 0.5), the rest wrong; question ids are the same for every checkpoint. The passages held
+    the answer of the first `right + 5`."""
     def f1(i: int) -> float:
         return 1.0 if i < right else 0.5 if i < right + 5 else 0.0
 
     return [{"id": f"{dataset}-{i}", "dataset": dataset, "mode": mode, "em": float(i < right), "f1": f1(i),
-             "answer": "x", "termination": "answer", "num_tool_calls": 0} for i in range(n)]
+             "answer": "x", "termination": "answer", "num_tool_calls": 0, "answer_in_context": i < right + 5}
+            for i in range(n)]
 
 
 def _easy_queries(world, n: int = 2) -> list[Query]:
