@@ -378,6 +378,29 @@ class _Lifeline:
             return
 
 
+def _raise_terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the cleanup it started
+    raise Terminated
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in the body where nothing else handles SIGTERM (code that opens an MLflow run
+    outside `star`, whose `held` handles it already), so that `finally` blocks run; past the body it leaves as
+    `SystemExit(143)`, the exit status SIGTERM's default action gives. Only the main thread can handle signals."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    except Terminated as stopped:
+        raise SystemExit(Terminated.exit_code) from stopped
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def held(command: str, poll_seconds: float = POLL_SECONDS, grace_seconds: float = GRACE_SECONDS) -> Iterator[None]:
     """While `star <command>` runs: SIGTERM raises `Terminated` (a KeyboardInterrupt), both it and Ctrl-C are

@@ -852,36 +852,9 @@ def end_orphaned_runs(client, experiment_id: str, stage: str) -> list[str]:
     return ended
 
 
-class Terminated(SystemExit):
-    """SIGTERM inside a stage run: unwinds the stage so that its run ends KILLED; exits with status 143."""
-
-    def __init__(self) -> None:
-        super().__init__(128 + signal.SIGTERM)
-
-
-def _raise_terminated(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the run's cleanup
-    raise Terminated()
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises `Terminated` in the body, where nothing else handles it (the `star` CLI's own handler raises
-    KeyboardInterrupt, which also ends the run KILLED); only the main thread can handle signals."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def ending_status(error: BaseException) -> str:
     """The status of a run whose body raised `error`: KILLED when stopped (SIGTERM, Ctrl-C), else FAILED."""
-    return "KILLED" if isinstance(error, (Terminated, KeyboardInterrupt)) else "FAILED"
+    return "KILLED" if isinstance(error, KeyboardInterrupt) else "FAILED"  # lifeline.Terminated is one too
 
 
 # ---------------------------------------------------------------- stage runs
@@ -893,7 +866,7 @@ def stage_run(stage: str, params: Any = None, tags: Mapping[str, Any] | None = N
     It ends FINISHED, FAILED if the body raises, KILLED on SIGTERM or Ctrl-C. MLflow being unreachable, at the start
     or later, never fails the stage: the run goes on in its spool file (see `Run`).
     """
-    with _process_tracking_uri(tracking_uri()), limited_http_waits(), sigterm_raises():
+    with _process_tracking_uri(tracking_uri()), limited_http_waits(), lifeline.sigterm_raises():
         run = open_stage_run(stage, tags)
         try:
             if params is not None:
