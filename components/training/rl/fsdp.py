@@ -124,9 +124,15 @@ class FSDPOptimizer:
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model's weights under the Hugging Face names, gathered onto rank 0's CPU (a collective: every
-        rank calls it; the others get {})."""
+        rank calls it; the others get {}). A tied weight appears once, under its first name (the input embeddings'),
+        as `save_pretrained` writes it."""
         state = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return {name.removeprefix(ROOT_PREFIX): tensor for name, tensor in state.items()}
+        seen, names = set(), []
+        for name, tensor in self.unwrap().state_dict(keep_vars=True).items():
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                names.append(name)
+        return {name: state[ROOT_PREFIX + name] for name in names if ROOT_PREFIX + name in state}
 
     def save(self, directory: str | Path) -> None:
         """Every rank writes its shards of the model and optimiser state (DCP) into `directory`/sharded; rank 0 the

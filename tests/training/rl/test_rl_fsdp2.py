@@ -122,7 +122,7 @@ def descendants(pid: int) -> list[int]:
 
 def killed_after_step_2(run_dir: Path, *inputs: Path) -> None:
     """Start a 3-step run and SIGKILL it, its torchrun and both workers (which torchrun starts in sessions of their
-    own) as soon as step 2's checkpoint is complete."""
+    own, so one killpg would miss them) as soon as step 2's checkpoint is complete."""
     command, env = star_rl_command(run_dir, 3, *inputs)
     log = (run_dir / "killed.log").open("w")
     star = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -133,7 +133,7 @@ def killed_after_step_2(run_dir: Path, *inputs: Path) -> None:
         assert time.monotonic() < deadline, "step 2's checkpoint never appeared"
         time.sleep(0.02)
     processes = [star.pid, *descendants(star.pid)]
-    for pid in processes:
+    for pid in reversed(processes):  # the workers first, then torchrun and star rl: none gets to shut down cleanly
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
