@@ -37,6 +37,7 @@ from torch.distributed.tensor import DTensor
 from components.errors import UserError
 from components.training.rl.checkpoint import load_tree, save_tree
 from components.training.rl.distributed import Ranks
+from components.training.rl.optim import advance_schedule
 from components.training.rl.update import PolicyLogits
 from components.training.schedule import lr_schedule
 
@@ -111,8 +112,6 @@ class FSDPOptimizer:
         return float(norm)
 
     def schedule_step(self) -> None:
-        from components.training.rl.optim import advance_schedule
-
         advance_schedule(self.scheduler)
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from accelerate import Accelerator
@@ -22,9 +23,11 @@ from components.models.loading import resolve_dtype
 from components.training.launch import require_launcher
 from components.training.rl.checkpoint import load_tree, save_tree
 from components.training.rl.distributed import SINGLE, Ranks
-from components.training.rl.fsdp import FSDPOptimizer
 from components.training.rl.params import RLParams
 from components.training.schedule import lr_schedule, warmup_steps
+
+if TYPE_CHECKING:  # fsdp.py builds on this module
+    from components.training.rl.fsdp import FSDPOptimizer
 
 OPTIMIZER_STATE = "optimizer"  # optimizer.json + optimizer.safetensors (no pickle: see checkpoint.py)
 
@@ -173,7 +176,7 @@ class AccelerateOptimizer:
 
 
 def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int,
-                    ranks: Ranks = SINGLE) -> TorchOptimizer | AccelerateOptimizer | FSDPOptimizer:
+                    ranks: Ranks = SINGLE) -> TorchOptimizer | AccelerateOptimizer | "FSDPOptimizer":
     """The optimiser wrapper for `params.distributed.strategy` (plain torch: data parallel over `ranks`; fsdp2:
     `model`, float32, sharded over `ranks`, computing in rl.dtype)."""
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
@@ -183,6 +186,8 @@ def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int,
     if params.distributed.strategy == "deepspeed":
         return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)
     if params.distributed.strategy == "fsdp2":
+        from components.training.rl.fsdp import FSDPOptimizer
+
         device = str(next(model.parameters()).device)
         return FSDPOptimizer(model, ranks=ranks, param_dtype=resolve_dtype(params.dtype, device), **common)
     return TorchOptimizer(model, ranks=ranks, **common)

@@ -46,6 +46,7 @@ from components.training.rl.cursor import QueryCursor
 from components.training.rl.dapo import dynamic_sampling
 from components.training.rl.distributed import SINGLE, Ranks, init_ranks, shard
 from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
+from components.training.rl.fsdp import FSDPOptimizer
 from components.training.rl.lora import attach_lora, merged_model, save_adapters
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
@@ -336,7 +337,7 @@ class Parts:
     """What the loop works with, built once per run (from the newest checkpoint when resuming)."""
 
     tokenizer: PreTrainedTokenizerBase
-    optimizer: TorchOptimizer | AccelerateOptimizer  # holds the trained model (or FSDPOptimizer, its shards)
+    optimizer: TorchOptimizer | AccelerateOptimizer | FSDPOptimizer  # holds the trained model (FSDP: its shards)
     engine: RolloutEngine
     sync: NoWeightSync | VLLMWeightSync | ModuleWeightSync
     ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)

@@ -99,6 +99,16 @@ def main() -> None:
     weights = optimizer.full_state_dict() if optimizer.sharded else dict(optimizer.unwrap().named_parameters())
     if ranks.main:
         save_file({name: weights[name].detach().contiguous() for name in names}, out)
+    if optimizer.sharded:  # and what the weight sync puts into a rollout engine's own copy: OUT's stem + .synced
+        from transformers import AutoModelForCausalLM
+
+        from components.training.rl.weight_sync import ModuleWeightSync
+
+        engine_copy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        assert ModuleWeightSync(engine_copy).push(optimizer.unwrap()) == len(names)
+        if ranks.main:
+            save_file({k: v.detach().contiguous() for k, v in engine_copy.named_parameters()},
+                      out.removesuffix(".safetensors") + ".synced.safetensors")
     torch.distributed.destroy_process_group()
 
 

@@ -53,6 +53,8 @@ def test_two_sharded_processes_make_the_one_process_update(algorithm, knobs, qwe
     print(f"fsdp2 {algorithm} {knobs}: max |w_2proc - w_1proc| = {difference:.3g}")
     assert difference <= 1e-5
     assert max_difference(out, start_weights(qwen2_dir)) > 1e-4  # the step moved the weights
+    # the weight sync fills a rollout engine's own copy, parameter by parameter from the shards, with those weights
+    assert max_difference(tmp_path / "fsdp2.synced.safetensors", reference) <= 1e-5
 
 
 def test_an_idle_pass_adds_nothing_to_the_gradients(qwen2_dir):
