@@ -68,6 +68,8 @@ def trained(model_dir: str, algorithm: str, knobs: dict, ranks):
                                       "queries_per_step": QUERIES, "arpo": {"budget": G, "initial_rollouts": 2},
                                       "distributed": distributed, **knobs})
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    if params.distributed.gradient_checkpointing:  # as the trainer's build_parts
+        model.gradient_checkpointing_enable()
     batch = global_batch()
     uneven = rank_groups is not None and ranks.size > 1
     mine = [batch[q] for q in rank_groups[ranks.rank]] if uneven else shard(batch, ranks)

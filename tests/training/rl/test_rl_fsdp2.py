@@ -29,10 +29,10 @@ from tests.training.rl.test_rl_distributed import (  # noqa: F401 (qwen2_dir is 
     worker_env,
 )
 
-FSDP2 = {"distributed": {"strategy": "fsdp2"}}
 CASES = [("grpo", {}), ("dr_grpo", {}), ("dapo", {}), ("arpo", {}),
          # rank 0 trains three groups (3 micro-batches, twice: pi_old is recomputed), rank 1 one group
-         ("grpo", {"rank_groups": [[0, 1, 2], [3]], "num_iterations": 2})]
+         ("grpo", {"rank_groups": [[0, 1, 2], [3]], "num_iterations": 2}),
+         ("grpo", {"distributed": {"gradient_checkpointing": True}})]
 
 
 def two_process_update(model_dir: Path, algorithm: str, knobs: dict, out: Path) -> None:
@@ -44,11 +44,13 @@ def two_process_update(model_dir: Path, algorithm: str, knobs: dict, out: Path) 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm, knobs", CASES,
-                         ids=[f"{a}{'-uneven' if 'rank_groups' in k else ''}" for a, k in CASES])
+                         ids=["grpo", "dr_grpo", "dapo", "arpo", "grpo-uneven", "grpo-gradient_checkpointing"])
 def test_two_sharded_processes_make_the_one_process_update(algorithm, knobs, qwen2_dir, tmp_path):
     out = tmp_path / "fsdp2.safetensors"
-    two_process_update(qwen2_dir, algorithm, {**knobs, **FSDP2}, out)
-    reference = one_process_weights(qwen2_dir, algorithm, {k: v for k, v in knobs.items() if k != "rank_groups"})
+    sharded = {**knobs, "distributed": {**knobs.get("distributed", {}), "strategy": "fsdp2"}}
+    two_process_update(qwen2_dir, algorithm, sharded, out)
+    reference = one_process_weights(qwen2_dir, algorithm, {k: v for k, v in knobs.items()
+                                                           if k not in ("rank_groups", "distributed")})
     difference = max_difference(out, reference)
     print(f"fsdp2 {algorithm} {knobs}: max |w_2proc - w_1proc| = {difference:.3g}")
     assert difference <= 1e-5
