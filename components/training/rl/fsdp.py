@@ -14,9 +14,10 @@ so the update runs the same number of passes on every rank (`update.in_lockstep`
 
 Checkpoints are sharded: torch.distributed.checkpoint (DCP) writes the model and optimiser state dicts as each rank's
 shards plus a metadata file into `<checkpoint>/sharded/` (every rank writes its own: several machines need a shared
-filesystem for the checkpoint folder). The final model is gathered to rank 0 on the CPU, one full state dict, and
-written as an ordinary Hugging Face checkpoint. The rollout engine holds its own full copy of the weights (vLLM's,
-or a transformers model per rank), which the weight sync fills one parameter at a time (weight_sync.py).
+filesystem for the checkpoint folder); DCP reshards them onto another number of processes when a run resumes with
+one. The final model is gathered to rank 0 on the CPU, one full state dict, and written as an ordinary Hugging Face
+checkpoint. The rollout engine holds its own full copy of the weights (vLLM's, or a transformers model per rank),
+which the weight sync fills one parameter at a time (weight_sync.py).
 """
 from __future__ import annotations
 

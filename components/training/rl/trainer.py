@@ -436,6 +436,8 @@ def input_fingerprint(params: RLParams, paths: RLPaths, tasks: TaskSource | None
     the toolstar settings its episodes depend on, the model, the task file and the search corpus. A run resumes only
     from a checkpoint with the same fingerprint."""
     dump = params.model_dump(mode="json")
+    if params.distributed.strategy == "fsdp2":  # its sharded checkpoints load onto any number of processes
+        dump["distributed"].pop("processes")
     if isinstance(tasks, ToolStarSource):
         return ckpt.fingerprint({**dump, "toolstar": tasks.settings}, {
             "model": paths.model, "tasks": paths.queries, "corpus": tasks.corpus})
@@ -457,12 +459,17 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     total_steps = params.total_steps(len(queries))
     seed_everything(rank_seed(params.seed, ranks))
     inputs = input_fingerprint(params, paths, tasks=tasks)
-    resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks)
+    resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks,
+                                          reshardable=params.distributed.strategy == "fsdp2")
     parts = build_parts(params, paths, getattr(tasks, "world", None), resume_dir or paths.model, total_steps,
                         device, tasks=tasks, ranks=ranks)
     if resume_dir is not None:
         parts.optimizer.load(resume_dir)
-        ckpt.restore_checkpoint_rng(resume_dir, ranks.rank)
+        if int(state.extra.get(WORLD_SIZE_KEY, 1)) == ranks.size:
+            ckpt.restore_checkpoint_rng(resume_dir, ranks.rank)
+        elif ranks.main:  # resharded (fsdp2): the ranks keep the generators seeded for them at the start
+            print(f"[rl] {resume_dir} was trained by {state.extra[WORLD_SIZE_KEY]} processes and this run has "
+                  f"{ranks.size}: its shards are resharded; each rank's generator states start fresh")
         if ranks.main:
             print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
         tag(resume_tags(state))
@@ -480,9 +487,11 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     return run
 
 
-def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks) -> tuple[Path | None, ckpt.TrainState]:
+def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks,
+                      reshardable: bool = False) -> tuple[Path | None, ckpt.TrainState]:
     """The checkpoint every rank resumes from: rank 0 clears partial ones and picks (`resumable_checkpoint`), the
-    others take its choice; a checkpoint written by another number of processes is refused."""
+    others take its choice; a checkpoint written by another number of processes is refused unless it is
+    `reshardable` (sharded fsdp2 state, which DCP loads onto any number of processes)."""
     chosen = None
     if ranks.main:
         ckpt.remove_partial(root)
@@ -492,7 +501,7 @@ def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks) -> tuple
         return None, ckpt.TrainState()
     state = ckpt.load_state(chosen)
     trained_with = int(state.extra.get(WORLD_SIZE_KEY, 1))
-    if trained_with != ranks.size:
+    if trained_with != ranks.size and not reshardable:
         raise UserError(f"checkpoint {chosen} was trained by {trained_with} process(es) and this run has "
                         f"{ranks.size}: each rank's sampling state cannot be mapped onto another number of ranks. "
                         f"Set rl.distributed.processes: {trained_with} to resume it, or move {root} away to start "

@@ -79,15 +79,16 @@ def test_an_idle_pass_adds_nothing_to_the_gradients(qwen2_dir):
     assert in_lockstep([[0], [1]], model, SINGLE) == [[0], [1]]
 
 
-def star_rl_command(run_dir: Path, max_steps: int, model: Path, world: Path, queries: Path) -> tuple[list, dict]:
-    """`star rl` with rl.distributed.strategy: fsdp2 over 2 processes (it starts torchrun itself); an entropy term
-    gives the untrained model's tied rewards a gradient, so every step moves the weights."""
+def star_rl_command(run_dir: Path, max_steps: int, model: Path, world: Path, queries: Path, processes: int = 2,
+                    queries_per_step: int = 2) -> tuple[list, dict]:
+    """`star rl` with rl.distributed.strategy: fsdp2 over `processes` processes (it starts torchrun itself); an
+    entropy term gives the untrained model's tied rewards a gradient, so every step moves the weights."""
     import yaml
 
-    params = {"max_steps": max_steps, "queries_per_step": 2, "num_generations": 2, "learning_rate": 1e-3,
-              "entropy_coeff": -0.5, "micro_batch_size": 2, "keep_checkpoints": 3,
+    params = {"max_steps": max_steps, "queries_per_step": queries_per_step, "num_generations": 2,
+              "learning_rate": 1e-3, "entropy_coeff": -0.5, "micro_batch_size": 2, "keep_checkpoints": 3,
               "rollout": {"max_turns": 2, "max_tokens_per_turn": 8, "max_context_tokens": 4096},
-              "distributed": {"processes": 2, "strategy": "fsdp2"}}
+              "distributed": {"processes": processes, "strategy": "fsdp2"}}
     run_dir.mkdir(exist_ok=True)
     params_file = run_dir / "rl.yaml"
     params_file.write_text(yaml.safe_dump({"rl": params}))
@@ -100,8 +101,8 @@ def star_rl_command(run_dir: Path, max_steps: int, model: Path, world: Path, que
     return command, env
 
 
-def star_rl(run_dir: Path, max_steps: int, *inputs: Path) -> str:
-    command, env = star_rl_command(run_dir, max_steps, *inputs)
+def star_rl(run_dir: Path, max_steps: int, *inputs: Path, **world) -> str:
+    command, env = star_rl_command(run_dir, max_steps, *inputs, **world)
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return done.stdout + done.stderr
@@ -185,6 +186,49 @@ def test_a_killed_sharded_run_resumes_to_the_weights_of_an_uninterrupted_run(tmp
         assert (newest / "rng.json").exists() and (newest / "rng-rank1.json").exists()
         assert json.loads((newest / "state.json").read_text())["extra"]["world_size"] == 2
     assert not list((killed / "checkpoints/rl").glob("*.tmp-*"))  # the killed step's partial folder was removed
+
+
+@pytest.mark.slow
+def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path, tiny_model_dir, tiny_world_dir,
+                                                                     rl_queries_path):
+    """Two processes write step 2's shards; three load them (DCP reshards): the weights are exactly the two-process
+    run's, and the run goes on from step 3 with three shards per checkpoint."""
+    from safetensors.torch import load_file
+
+    inputs, run = (tiny_model_dir, tiny_world_dir, rl_queries_path), tmp_path / "run"
+    star_rl(run, 2, *inputs, processes=2, queries_per_step=6)
+    two = load_file(run / "models/rl/model.safetensors")
+    log = star_rl(run, 2, *inputs, processes=3, queries_per_step=6)  # resumes at its last step: the loaded weights
+    assert "step 2 of 2" in log and "its shards are resharded" in log
+    three = load_file(run / "models/rl/model.safetensors")
+    assert two.keys() == three.keys() and all(torch.equal(two[k], three[k]) for k in two)
+    start = load_file(tiny_model_dir / "model.safetensors")
+    assert any(not torch.equal(two[k], start[k]) for k in start)
+
+    star_rl(run, 3, *inputs, processes=3, queries_per_step=6)
+    rows = (run / "plots/rl/rewards.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == ["1", "2", "3"]
+    newest = run / "checkpoints/rl/step-00000003"
+    assert sorted(p.name for p in (newest / "sharded").iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp",
+                                                                       "__2_0.distcp"]
+    assert json.loads((newest / "state.json").read_text())["extra"]["world_size"] == 3
+    assert not any(torch.equal(load_file(run / "models/rl/model.safetensors")[k], two[k]) for k in two)
+
+
+def test_only_a_sharded_checkpoint_is_taken_by_another_number_of_processes(tmp_path):
+    from components.errors import UserError
+    from components.training.rl import checkpoint as ckpt
+    from components.training.rl.distributed import SINGLE
+    from components.training.rl.trainer import WORLD_SIZE_KEY, agreed_checkpoint
+
+    inputs = {"params": "p"}
+    state = ckpt.TrainState(step=2, extra={"fingerprint": inputs, WORLD_SIZE_KEY: 2})
+    ckpt.save_checkpoint(tmp_path, state, save_model=lambda d: None, save_optimizer=lambda d: None, keep=2,
+                         rng_states=[ckpt.capture_rng(), ckpt.capture_rng()])
+    chosen, resumed = agreed_checkpoint(tmp_path, inputs, SINGLE, reshardable=True)
+    assert chosen == tmp_path / "step-00000002" and resumed.step == 2
+    with pytest.raises(UserError, match="trained by 2 process"):
+        agreed_checkpoint(tmp_path, inputs, SINGLE)
 
 
 def test_fsdp2_needs_several_processes_and_full_weights():
