@@ -4,7 +4,8 @@ test_rl_distributed.py.
 Two sharded processes must make the update one process (strategy none) makes on the same global batch, also when
 the ranks hold different numbers of micro-batches (idle passes keep FSDP's collectives matched); and a two-process
 `star rl` killed outright after step 2's checkpoint resumes from its sharded checkpoint to the weights of an
-uninterrupted run, its final model an ordinary Hugging Face checkpoint.
+uninterrupted run, its final model an ordinary Hugging Face checkpoint; and a sharded checkpoint loads exactly onto
+another number of processes.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.training.rl.test_rl_distributed import (  # noqa: F401 (qwen2_dir is 
     worker_env,
 )
 
+RESHARD_WORKER = Path(__file__).with_name("fsdp2_reshard.py")
 CASES = [("grpo", {}), ("dr_grpo", {}), ("dapo", {}), ("arpo", {}),
          # rank 0 trains three groups (3 micro-batches, twice: pi_old is recomputed), rank 1 one group
          ("grpo", {"rank_groups": [[0, 1, 2], [3]], "num_iterations": 2}),
@@ -213,6 +215,26 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(tmp_path, t
                                                                        "__2_0.distcp"]
     assert json.loads((newest / "state.json").read_text())["extra"]["world_size"] == 3
     assert not any(torch.equal(load_file(run / "models/rl/model.safetensors")[k], two[k]) for k in two)
+
+
+@pytest.mark.slow
+def test_dcp_reshards_the_weights_and_adam_moments_exactly(qwen2_dir, tmp_path):
+    """A checkpoint written by two processes after one step, loaded by three: every weight and both AdamW moments of
+    every parameter are the ones the two processes held."""
+    from safetensors.torch import load_file
+
+    held = {}
+    for mode, processes in (("save", 2), ("load", 3)):
+        out = tmp_path / f"{mode}.safetensors"
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                               str(processes), str(RESHARD_WORKER), str(qwen2_dir), mode, str(tmp_path / "ckpt"),
+                               str(out)], env=worker_env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        held[mode] = load_file(out)
+    saved, loaded = held["save"], held["load"]
+    assert saved.keys() == loaded.keys() and any(k.startswith("exp_avg_sq/") for k in saved)
+    assert all(torch.equal(saved[k], loaded[k]) for k in saved)
+    assert any(torch.count_nonzero(saved[k]) for k in saved if k.startswith("exp_avg/"))  # a step was taken
 
 
 def test_only_a_sharded_checkpoint_is_taken_by_another_number_of_processes(tmp_path):
