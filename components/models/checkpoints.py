@@ -17,12 +17,16 @@ SNAPSHOT_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "
 """The files of a causal-LM checkpoint worth copying (weights as safetensors, configs, tokenizer files)."""
 
 
-def save_checkpoint(model, tokenizer, out_dir: str | Path, **manifest) -> Path:
+def save_checkpoint(model, tokenizer, out_dir: str | Path, state_dict: dict | None = None, **manifest) -> Path:
     """Write `model` and `tokenizer` with `save_pretrained` into `out_dir`, plus `star_checkpoint.json` holding
-    `manifest` (stage, source, parameter count, ...) and the creation time."""
+    `manifest` (stage, source, parameter count, ...) and the creation time. `state_dict`: the weights to write in
+    place of the model's own (a sharded model's, gathered)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir)
+    if state_dict is None:
+        model.save_pretrained(out_dir)
+    else:
+        model.save_pretrained(out_dir, state_dict=state_dict)
     tokenizer.save_pretrained(out_dir)
     write_manifest(out_dir, **manifest)
     return out_dir

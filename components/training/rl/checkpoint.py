@@ -294,14 +294,29 @@ def save_checkpoint(root: str | Path, state: TrainState, save_model, save_optimi
     `save_model(dir)` writes the weights and tokenizer; `save_optimizer(dir)` the optimizer/scheduler state;
     `rng_states` are every rank's generator states (`capture_rng`; default: this process's).
     """
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / step_dir_name(state.step)
-    tmp = root / f"{final.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = begin_checkpoint(root, state.step)
     save_model(tmp)
     save_optimizer(tmp)
+    return finish_checkpoint(root, tmp, state, keep, rng_states)
+
+
+def begin_checkpoint(root: str | Path, step: int) -> Path:
+    """The empty temporary directory that checkpoint `step-<step>` is written into (`finish_checkpoint` renames
+    it into place)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f"{step_dir_name(step)}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def finish_checkpoint(root: str | Path, tmp: Path, state: TrainState, keep: int,
+                      rng_states: list[dict[str, Any]] | None = None) -> Path:
+    """Complete the checkpoint written into `tmp` (`begin_checkpoint`): the generator states, then `state.json`
+    last; rename it into place and keep only the newest `keep`."""
+    root = Path(root)
+    final = root / step_dir_name(state.step)
     for rank, states in enumerate(rng_states or [capture_rng()]):
         save_tree(tmp, rng_stem(rank), states)
     write_json_atomic(tmp / STATE_FILE, {"step": state.step, "cursor": state.cursor, "history": state.history,

@@ -1,6 +1,7 @@
-"""The optimiser wrapper: plain torch AdamW on CPU (and one GPU); accelerate + DeepSpeed ZeRO-2/3 on GPUs.
+"""The optimiser wrapper: plain torch AdamW on CPU (and one GPU; data parallel over processes); accelerate +
+DeepSpeed ZeRO-2/3 on GPUs; FSDP2 over processes (`FSDPOptimizer`, components/training/rl/fsdp.py).
 
-Both expose the same operations the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`, `unwrap()`,
+All expose the same operations the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`, `unwrap()`,
 `save(dir)`, `load(dir)` and `schedule_step()` of the learning-rate schedule (`components.training.schedule`).
 DeepSpeed is optional (the [gpu] extra): only `distributed.strategy: deepspeed` needs it, and a missing install stops
 the run with an error that says which extra to install.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from accelerate import Accelerator
@@ -17,11 +19,15 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DeepSpeedPlugin
 
 from components.errors import UserError
+from components.models.loading import resolve_dtype
 from components.training.launch import require_launcher
 from components.training.rl.checkpoint import load_tree, save_tree
 from components.training.rl.distributed import SINGLE, Ranks
 from components.training.rl.params import RLParams
 from components.training.schedule import lr_schedule, warmup_steps
+
+if TYPE_CHECKING:  # fsdp.py builds on this module
+    from components.training.rl.fsdp import FSDPOptimizer
 
 OPTIMIZER_STATE = "optimizer"  # optimizer.json + optimizer.safetensors (no pickle: see checkpoint.py)
 
@@ -47,6 +53,8 @@ def advance_schedule(scheduler) -> None:
 class TorchOptimizer:
     """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule; in a world of N
     processes, each a replica of the model (`Ranks`), the gradients are summed over the ranks before each step."""
+
+    sharded = False  # the checkpoints hold the whole model, written by rank 0
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
                  scheduler: str, warmup_steps: int, total_steps: int, adam_epsilon: float = 1e-8,
@@ -117,6 +125,8 @@ class AccelerateOptimizer:
     marks the micro-batches before the last one as not being an accumulation boundary.
     """
 
+    sharded = False
+
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
                  scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int,
                  adam_epsilon: float = 1e-8):
@@ -166,12 +176,18 @@ class AccelerateOptimizer:
 
 
 def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int,
-                    ranks: Ranks = SINGLE) -> TorchOptimizer | AccelerateOptimizer:
-    """The optimiser wrapper for `params.distributed.strategy` (plain torch: data parallel over `ranks`)."""
+                    ranks: Ranks = SINGLE) -> TorchOptimizer | AccelerateOptimizer | "FSDPOptimizer":
+    """The optimiser wrapper for `params.distributed.strategy` (plain torch: data parallel over `ranks`; fsdp2:
+    `model`, float32, sharded over `ranks`, computing in rl.dtype)."""
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
                   adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm,
                   scheduler=params.lr_scheduler_type, warmup_steps=warmup_steps(params.warmup_ratio, total_steps),
                   total_steps=total_steps)
     if params.distributed.strategy == "deepspeed":
         return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)
+    if params.distributed.strategy == "fsdp2":
+        from components.training.rl.fsdp import FSDPOptimizer
+
+        device = str(next(model.parameters()).device)
+        return FSDPOptimizer(model, ranks=ranks, param_dtype=resolve_dtype(params.dtype, device), **common)
     return TorchOptimizer(model, ranks=ranks, **common)

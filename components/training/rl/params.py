@@ -145,9 +145,10 @@ class DistributedParams(Params):
     """How the update runs: `strategy: none` is data parallel over `processes` replicas (each rolls out its share
     of a step's groups; gradients summed over them; gloo on CPUs, NCCL on GPUs), which `star rl` starts under
     torchrun (components/training/launch.py; several machines: docs/operations.md). `deepspeed` is accelerate +
-    DeepSpeed ZeRO in one process (the [gpu] extra)."""
+    DeepSpeed ZeRO in one process (the [gpu] extra). `fsdp2` shards the weights, gradients and optimiser state over
+    the `processes` (torch FSDP2; components/training/rl/fsdp.py), with the data-parallel rollouts of `none`."""
 
-    strategy: Literal["none", "deepspeed"] = "none"
+    strategy: Literal["none", "deepspeed", "fsdp2"] = "none"
     zero_stage: Literal[2, 3] = 2
     gradient_checkpointing: bool = False
     processes: int = Field(1, ge=1)
@@ -158,7 +159,11 @@ class DistributedParams(Params):
             raise ValueError(
                 f"processes: {self.processes} with strategy: deepspeed: DeepSpeed RL trains in one process (its "
                 "engine averages gradients over its data-parallel ranks, where the RL loss is each rank's share of "
-                "the global batch); set strategy: none for data-parallel RL over several processes, or processes: 1")
+                "the global batch); set strategy: fsdp2 (sharded) or none (replicas) for RL over several processes, or "
+                "processes: 1")
+        if self.processes == 1 and self.strategy == "fsdp2":
+            raise ValueError("strategy: fsdp2 shards the model over several processes and processes is 1: set "
+                             "processes: 2 or more (one per GPU), or strategy: none for one process")
         return self
 
 
@@ -263,9 +268,10 @@ class RLParams(Params):
     @model_validator(mode="after")
     def _lora_with_plain_torch(self) -> "RLParams":
         if self.lora.enabled and self.distributed.strategy != "none":
-            raise ValueError("lora.enabled trains adapters with the plain torch optimiser: set distributed.strategy: "
-                             "none (LoRA's training state is small; data parallel over distributed.processes still "
-                             "works)")
+            raise ValueError(f"lora.enabled trains adapters with the plain torch optimiser and distributed.strategy "
+                             f"is {self.distributed.strategy}: set distributed.strategy: none (LoRA's training state "
+                             "is small; data parallel over distributed.processes still works), or lora.enabled: false "
+                             "to shard full weights")
         return self
 
     @model_validator(mode="after")

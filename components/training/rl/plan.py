@@ -5,7 +5,9 @@ Bytes per GPU, for the rl stage's training process (P parameters, N = rl.distrib
 
 - weights, gradients, optimiser: `strategy: none` keeps float32 master weights (4P), float32 gradients (4P) and
   AdamW's two moments (8P) on every data-parallel replica: 16P per GPU whatever N is. DeepSpeed (one process):
-  bf16 weights (2P) and gradients (2P), float32 master weights and moments (12P): 16P.
+  bf16 weights (2P) and gradients (2P), float32 master weights and moments (12P): 16P. `strategy: fsdp2` shards
+  the float32 master weights, gradients and moments over the N processes: 16P / N per GPU (plus, transiently, one
+  decoder layer gathered in `rl.dtype` at a time, not counted).
 - activations of one micro-batch of `micro_batch_size` sequences of up to `max_context_tokens` tokens, in 16 bits:
   per token and layer the tensors a SwiGLU decoder layer keeps for its backward, (6h + 2 kv + 4i) x 2 bytes (h the
   hidden size, kv the key/value width, i the MLP width; attention runs fused, with no (T x T) scores). With
@@ -16,7 +18,8 @@ Bytes per GPU, for the rl stage's training process (P parameters, N = rl.distrib
   module: r x (its input + output width) a layer), float32 weights, gradients and moments: 16L.
 - the rollout engine (vLLM, colocated): bf16 weights (2P) and the KV cache of this GPU's episodes
   (queries_per_step x G / N), 2 x layers x kv x 2 bytes a token, at most `max_context_tokens` each; vLLM takes
-  `gpu_memory_utilization` of the GPU and serves what does not fit in turns.
+  `gpu_memory_utilization` of the GPU and serves what does not fit in turns. With `strategy: fsdp2` and
+  transformers rollouts, each GPU samples with a whole copy of its own in 16 bits (2P).
 
 The numbers are estimates of the largest tensors (no allocator slack, no CUDA context, about 1-2 GB): treat a plan
 within 10% of the GPU as not fitting.
@@ -149,7 +152,7 @@ class Plan:
         """The rollout phase: training state stays resident; vLLM's weights and the KV cache it is given (at most
         gpu_memory_utilization of the GPU)."""
         if not self.vllm:
-            return self.weights + self.reference
+            return self.weights + self.reference + self.engine_weights
         engine = min(self.engine_weights + self.kv_cache, int(self.gpu_memory_utilization * gpu_bytes))
         return self.weights + self.gradients + self.optimizer + self.reference + engine
 
@@ -161,9 +164,12 @@ def make_plan(params: RLParams, architecture: Architecture, vllm: bool = True) -
     context = params.rollout.max_context_tokens
     tokens = params.micro_batch_size * context
     per_layer = (6 * arch.hidden_size + 2 * arch.kv_width + 4 * arch.intermediate_size) * 2
-    weights = 4 * p if params.distributed.strategy == "none" else 2 * p
-    gradients = 4 * p if params.distributed.strategy == "none" else 2 * p
-    optimizer = 8 * p if params.distributed.strategy == "none" else 12 * p
+    strategy = params.distributed.strategy
+    weights = 4 * p if strategy in ("none", "fsdp2") else 2 * p
+    gradients = 4 * p if strategy in ("none", "fsdp2") else 2 * p
+    optimizer = 8 * p if strategy in ("none", "fsdp2") else 12 * p
+    if strategy == "fsdp2":  # float32 master weights, gradients and moments: each rank holds 1/N of them
+        weights, gradients, optimizer = (-(-n // processes) for n in (weights, gradients, optimizer))
     if params.lora.enabled:
         adapters = arch.lora_parameters(params.lora.r, params.lora.target_modules)
         weights, gradients, optimizer = 2 * p + 4 * adapters, 4 * adapters, 8 * adapters
@@ -177,7 +183,7 @@ def make_plan(params: RLParams, architecture: Architecture, vllm: bool = True) -
         activations_checkpointed=tokens * arch.num_layers * 2 * arch.hidden_size + tokens * per_layer,
         logits=min(tokens, params.micro_batch_size * turn_budget) * arch.vocab_size * 4,
         reference=2 * p if params.beta > 0 else 0,
-        engine_weights=2 * p if vllm else 0,
+        engine_weights=2 * p if vllm or strategy == "fsdp2" else 0,
         kv_cache=per_gpu * context * 2 * arch.num_layers * arch.kv_width * 2 if vllm else 0,
         episodes_per_gpu=per_gpu, tokens_per_step=episodes * context, sampled_tokens_per_step=episodes * turn_budget,
         gradient_checkpointing=params.distributed.gradient_checkpointing, vllm=vllm,
@@ -193,10 +199,13 @@ def render(plan: Plan, gpu_gib: float) -> str:
     """The plan as a table, with the verdict for a GPU of `gpu_gib` GiB."""
     arch, gpu = plan.architecture, int(gpu_gib * GIB)
     checkpointed = "on" if plan.gradient_checkpointing else "off"
+    sharded = (f" (weights, gradients and optimiser states sharded over {plan.processes})"
+               if plan.strategy == "fsdp2" else "")
     lines = [
         f"model: {arch.name}, {arch.parameters / 1e9:.2f}B parameters ({arch.num_layers} layers, hidden "
         f"{arch.hidden_size}, vocabulary {arch.vocab_size:,})",
         f"world: {plan.processes} process(es), one GPU each; strategy {plan.strategy}"
+        f"{sharded}"
         f"{'' if not plan.lora else f' with LoRA ({plan.lora / 1e6:,.1f}M adapter parameters)'}; rollouts "
         f"{'vLLM, colocated' if plan.vllm else 'transformers'}",
         f"tokens per step: {plan.tokens_per_step:,} at most ({plan.sampled_tokens_per_step:,} sampled at most); "

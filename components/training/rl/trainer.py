@@ -46,6 +46,7 @@ from components.training.rl.cursor import QueryCursor
 from components.training.rl.dapo import dynamic_sampling
 from components.training.rl.distributed import SINGLE, Ranks, init_ranks, shard
 from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
+from components.training.rl.fsdp import FSDPOptimizer
 from components.training.rl.lora import attach_lora, merged_model, save_adapters
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
@@ -58,7 +59,7 @@ from components.training.rl.sources import (
     load_toolstar_source,
 )
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
-from components.training.rl.weight_sync import NoWeightSync, VLLMWeightSync, build_weight_sync
+from components.training.rl.weight_sync import ModuleWeightSync, NoWeightSync, VLLMWeightSync, build_weight_sync
 from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS
 from components.travel.queries import Query, level_stratified_prefix, load_queries
 from components.travel.world import World
@@ -336,9 +337,9 @@ class Parts:
     """What the loop works with, built once per run (from the newest checkpoint when resuming)."""
 
     tokenizer: PreTrainedTokenizerBase
-    optimizer: TorchOptimizer | AccelerateOptimizer  # holds the trained model
+    optimizer: TorchOptimizer | AccelerateOptimizer | FSDPOptimizer  # holds the trained model (FSDP: its shards)
     engine: RolloutEngine
-    sync: NoWeightSync | VLLMWeightSync
+    sync: NoWeightSync | VLLMWeightSync | ModuleWeightSync
     ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)
     update_config: UpdateConfig
     pad_id: int
@@ -354,14 +355,18 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
     # The plain torch optimiser steps float32 master weights and the update computes in rl.dtype under autocast
     # (bf16 weights under plain AdamW lose small updates: at lr 1e-6 one step moves ~2% of them); DeepSpeed's bf16
     # mode keeps its own float32 master copy.
+    # FSDP2 shards float32 master weights and computes in rl.dtype by its mixed-precision policy; a sharded
+    # checkpoint holds no Hugging Face weights, so its model starts as the input model and the shards are loaded.
     compute_dtype = resolve_dtype(params.dtype, device)
     plain = params.distributed.strategy == "none"
+    sharded = params.distributed.strategy == "fsdp2"
     adapters = None  # the PeftModel owning the LoRA adapters (rl.lora)
     if params.lora.enabled:  # a frozen base in rl.dtype (always the stage's input model) and float32 adapters
         model = load_policy_model(paths.model, dtype=params.dtype, device=device)
         model, adapters = attach_lora(model, params.lora, adapter_dir=None if source == paths.model else source)
     else:
-        model = load_policy_model(source, dtype="float32" if plain else params.dtype, device=device)
+        model = load_policy_model(paths.model if sharded else source, dtype="float32" if plain or sharded
+                                  else params.dtype, device=device)
     tokenizer = load_tokenizer(source)
     if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -373,9 +378,13 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
         ref_model.requires_grad_(False)
     optimizer = build_optimizer(model, params, total_steps, ranks)
     seed = rank_seed(params.seed, ranks)  # each rank samples its own episodes
-    # a LoRA checkpoint holds adapters only: a vLLM engine loads the base and gets the adapters by the weight sync
-    engine_source = paths.model if adapters is not None else source
-    policy = build_policy(optimizer.unwrap(), tokenizer, engine_source, params.rollout, seed, device)
+    # a LoRA checkpoint holds adapters only, a sharded one no Hugging Face weights: the engine loads the input model
+    # and gets the trained weights by the weight sync. A sharded model samples through a full copy of its own (its
+    # forward is a collective, and each rank's episodes differ in length).
+    engine_source = paths.model if adapters is not None or sharded else source
+    sampler = load_policy_model(paths.model, dtype=params.dtype, device=device).eval() if sharded \
+        else optimizer.unwrap()
+    policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device)
     limits = params.rollout.to_limits()
     engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=seed,
                            entropy_tokens=params.arpo.entropy_tokens, source=tasks)
@@ -390,7 +399,7 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
                           tis_cap=params.tis_cap)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    sync = build_weight_sync(policy)
+    sync = build_weight_sync(policy, own_copy=True) if sharded else build_weight_sync(policy)
     if adapters is not None and source != paths.model:
         sync.push(optimizer.unwrap())  # the resumed adapters, merged, before the first rollout
     return Parts(tokenizer, optimizer, engine, sync, ref_model, config, pad_id, ranks, adapters)
@@ -427,6 +436,8 @@ def input_fingerprint(params: RLParams, paths: RLPaths, tasks: TaskSource | None
     the toolstar settings its episodes depend on, the model, the task file and the search corpus. A run resumes only
     from a checkpoint with the same fingerprint."""
     dump = params.model_dump(mode="json")
+    if params.distributed.strategy == "fsdp2":  # its sharded checkpoints load onto any number of processes
+        dump["distributed"].pop("processes")
     if isinstance(tasks, ToolStarSource):
         return ckpt.fingerprint({**dump, "toolstar": tasks.settings}, {
             "model": paths.model, "tasks": paths.queries, "corpus": tasks.corpus})
@@ -448,15 +459,22 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     total_steps = params.total_steps(len(queries))
     seed_everything(rank_seed(params.seed, ranks))
     inputs = input_fingerprint(params, paths, tasks=tasks)
-    resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks)
+    resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks,
+                                          reshardable=params.distributed.strategy == "fsdp2")
     parts = build_parts(params, paths, getattr(tasks, "world", None), resume_dir or paths.model, total_steps,
                         device, tasks=tasks, ranks=ranks)
     if resume_dir is not None:
         parts.optimizer.load(resume_dir)
-        ckpt.restore_checkpoint_rng(resume_dir, ranks.rank)
+        if int(state.extra.get(WORLD_SIZE_KEY, 1)) == ranks.size:
+            ckpt.restore_checkpoint_rng(resume_dir, ranks.rank)
+        elif ranks.main:  # resharded (fsdp2): the ranks keep the generators seeded for them at the start
+            print(f"[rl] {resume_dir} was trained by {state.extra[WORLD_SIZE_KEY]} processes and this run has "
+                  f"{ranks.size}: its shards are resharded; each rank's generator states start fresh")
         if ranks.main:
             print(f"[rl] resumed from {resume_dir} (step {state.step} of {total_steps})")
         tag(resume_tags(state))
+    if parts.optimizer.sharded:
+        parts.sync.push(parts.optimizer.unwrap())  # the (loaded) shards to the engine's copy, before the first rollout
     run = TrainingRun(
         queries=queries, held_out=held_out, total_steps=total_steps, fingerprint=inputs, parts=parts,
         cursor=QueryCursor.from_state(state.cursor, len(queries), params.seed), resumed_from=state.step,
@@ -469,9 +487,11 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     return run
 
 
-def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks) -> tuple[Path | None, ckpt.TrainState]:
+def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks,
+                      reshardable: bool = False) -> tuple[Path | None, ckpt.TrainState]:
     """The checkpoint every rank resumes from: rank 0 clears partial ones and picks (`resumable_checkpoint`), the
-    others take its choice; a checkpoint written by another number of processes is refused."""
+    others take its choice; a checkpoint written by another number of processes is refused unless it is
+    `reshardable` (sharded fsdp2 state, which DCP loads onto any number of processes)."""
     chosen = None
     if ranks.main:
         ckpt.remove_partial(root)
@@ -481,7 +501,7 @@ def agreed_checkpoint(root: Path, inputs: dict[str, str], ranks: Ranks) -> tuple
         return None, ckpt.TrainState()
     state = ckpt.load_state(chosen)
     trained_with = int(state.extra.get(WORLD_SIZE_KEY, 1))
-    if trained_with != ranks.size:
+    if trained_with != ranks.size and not reshardable:
         raise UserError(f"checkpoint {chosen} was trained by {trained_with} process(es) and this run has "
                         f"{ranks.size}: each rank's sampling state cannot be mapped onto another number of ranks. "
                         f"Set rl.distributed.processes: {trained_with} to resume it, or move {root} away to start "
@@ -622,18 +642,30 @@ def save_step(run: TrainingRun, paths: RLPaths, params: RLParams, step: int) -> 
     tracking run (keeping the newest `rl.keep_checkpoints`)."""
     optimizer, tokenizer, ranks = run.parts.optimizer, run.parts.tokenizer, run.parts.ranks
     rng_states = ranks.gather(ckpt.capture_rng())  # every rank's; rank 0 writes the checkpoint
+    if optimizer.sharded:  # every rank writes its shards into the folder rank 0 prepares; rank 0 completes it
+        tmp = ranks.gather(str(ckpt.begin_checkpoint(paths.checkpoints, step)) if ranks.main else None)[0]
+        optimizer.save(Path(tmp))
     if not ranks.main:
         return
     state = ckpt.TrainState(step=step, cursor=run.cursor.state(), history=run.history,
                             extra={"eval_history": run.eval_history, "fingerprint": run.fingerprint,
                                    RUN_ID_KEY: run.run_id, WORLD_SIZE_KEY: ranks.size})
+    if optimizer.sharded:
+        save_weights(run.parts, Path(tmp), step=step)
+        ckpt.finish_checkpoint(paths.checkpoints, Path(tmp), state, keep=params.keep_checkpoints,
+                               rng_states=rng_states)
+        return
     ckpt.save_checkpoint(paths.checkpoints, state, save_model=lambda d: save_weights(run.parts, d, step=step),
                          save_optimizer=optimizer.save, keep=params.keep_checkpoints, rng_states=rng_states)
 
 
 def save_weights(parts: Parts, directory: Path, **manifest) -> None:
-    """A checkpoint's weights: the model (or, with LoRA, its adapters alone, resumed onto the input model) and the
-    tokenizer."""
+    """A checkpoint's weights: the model (or, with LoRA, its adapters alone, resumed onto the input model; sharded,
+    none here: the shards are the optimiser's `save`) and the tokenizer."""
+    if parts.optimizer.sharded:
+        parts.tokenizer.save_pretrained(directory)
+        write_manifest(directory, stage="rl", sharded=True, **manifest)
+        return
     if parts.adapters is None:
         save_hf(parts.optimizer.unwrap(), parts.tokenizer, directory, stage="rl", **manifest)
         return
@@ -707,12 +739,14 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
 # ---- the end of a run ----------------------------------------------------------------------------------------
 
 def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
-    """Save the final model and write metrics/rl.json (rank 0); return its summary (empty on other ranks)."""
+    """Save the final model and write metrics/rl.json (rank 0); return its summary (empty on other ranks). A
+    sharded model is first gathered, whole, onto rank 0's CPU."""
+    gathered = run.parts.optimizer.full_state_dict() if run.parts.optimizer.sharded else None  # every rank
     if not run.parts.ranks.main:
         return {}
     final = run.parts.optimizer.unwrap() if run.parts.adapters is None else merged_model(run.parts.adapters)
-    save_hf(final, run.parts.tokenizer, paths.out, stage="rl", steps=run.total_steps, algorithm=params.algorithm,
-            reward=params.reward_kind, lora=run.parts.adapters is not None)
+    save_hf(final, run.parts.tokenizer, paths.out, state_dict=gathered, stage="rl", steps=run.total_steps,
+            algorithm=params.algorithm, reward=params.reward_kind, lora=run.parts.adapters is not None)
     summary = summarize(run.history, run.total_steps, run.resumed_from, run.totals,
                         time.perf_counter() - run.started, params)
     if run.eval_history:

@@ -69,6 +69,52 @@ def pad_batch(rollouts: Sequence[Rollout], pad_id: int) -> dict[str, torch.Tenso
     }
 
 
+def kept_logits(model, input_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """The (N, V) output-layer logits of the hidden states that predict the N tokens `keep` marks ((B, T - 1), one
+    per next token): the decoder runs on every position, the output layer only on those."""
+    hidden = model.get_decoder()(input_ids=input_ids).last_hidden_state[:, :-1]
+    return model.get_output_embeddings()(hidden[keep])
+
+
+class PolicyLogits(torch.nn.Module):
+    """A causal LM whose forward is the log-prob computation's model work: the (B, T - 1, V) next-token logits, or
+    with `keep` the (N, V) logits at the kept positions only (`kept_logits`). `sequence_logprobs` calls it once per
+    micro-batch; as the root of a sharded model (FSDP2, components/training/rl/fsdp.py) its forward is where the root's
+    parameters (embeddings, final norm, output layer) are gathered and, in the backward, their gradients reduced.
+
+    `collective` marks a forward that is a collective of the world: every rank must run as many passes as the others
+    (`in_lockstep`)."""
+
+    collective = True
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        if keep is None:
+            return self.model(input_ids=input_ids).logits[:, :-1]
+        return kept_logits(self.model, input_ids, keep)
+
+
+def in_lockstep(micros: list, model, ranks: Ranks) -> list:
+    """`micros` followed by None up to the most micro-batches any rank has, when `model`'s forward is a collective
+    (`PolicyLogits.collective`): each None is an idle pass (`idle_pass`) that keeps this rank's collectives matched
+    with the others'. Unchanged otherwise."""
+    if ranks.size == 1 or not getattr(model, "collective", False):
+        return micros
+    return micros + [None] * (int(ranks.max(len(micros))) - len(micros))
+
+
+def idle_pass(model, pad_id: int, optimizer=None) -> None:
+    """A forward pass over one padding token that contributes nothing (and with `optimizer`, a backward of zero
+    gradients): what a rank with fewer micro-batches than the others runs for each one it lacks."""
+    device = next(model.parameters()).device
+    logits = model(torch.full((1, 2), pad_id, dtype=torch.long, device=device))
+    if optimizer is not None:
+        optimizer.backward(logits.float().sum() * 0.0)
+
+
 def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
                       positions: torch.Tensor | None = None,
                       with_entropy: bool = False,
@@ -87,14 +133,17 @@ def sequence_logprobs(model, input_ids: torch.Tensor, temperature: float = 1.0,
     device = next(model.parameters()).device
     input_ids = input_ids.to(device)
     targets = input_ids[:, 1:]
-    base = getattr(model, "module", model)  # DeepSpeed/accelerate wrap the model
-    if positions is None:
-        logits = model(input_ids=input_ids).logits[:, :-1].float() / temperature
+    keep = None if positions is None else positions[:, 1:].to(device).bool()
+    if isinstance(model, PolicyLogits):  # one call of the module, so that FSDP's hooks around its forward run
+        raw = model(input_ids, keep)
+    elif keep is None:
+        raw = model(input_ids=input_ids).logits[:, :-1]
+    else:
+        raw = kept_logits(getattr(model, "module", model), input_ids, keep)  # DeepSpeed/accelerate wrap the model
+    logits = raw.float() / temperature  # (B, T - 1, V), or (N, V) at the kept positions
+    if keep is None:
         scored = token_logprobs(logits, targets)
     else:
-        keep = positions[:, 1:].to(device).bool()
-        hidden = base.get_decoder()(input_ids=input_ids).last_hidden_state[:, :-1]
-        logits = base.get_output_embeddings()(hidden[keep]).float() / temperature  # (N, V)
         picked = token_logprobs(logits.unsqueeze(0), targets[keep].unsqueeze(0)).squeeze(0)
         scored = torch.zeros(targets.shape, device=device, dtype=picked.dtype).masked_scatter(keep, picked)
     logprobs = torch.cat([torch.zeros(input_ids.shape[0], 1, device=device, dtype=scored.dtype), scored], dim=1)
@@ -135,12 +184,17 @@ def chunks(items: Sequence, size: int) -> Iterator[Sequence]:
 
 @torch.no_grad()
 def fill_logprobs(model, rollouts: Sequence[Rollout], micro_batch_size: int, pad_id: int, temperature: float,
-                  overwrite: bool, autocast_dtype: torch.dtype | None = None) -> list[list[float]]:
+                  overwrite: bool, autocast_dtype: torch.dtype | None = None,
+                  ranks: Ranks = SINGLE) -> list[list[float]]:
     """Log-probabilities of the trained tokens of every rollout under `model` (no gradient; 0 at untrained
     positions, which nothing reads), e.g. pi_old before the update or pi_ref. With `overwrite`, they also become
     the rollouts' `old_logprobs`."""
     out: list[list[float]] = [[] for _ in rollouts]
-    for positions in chunks(by_length(range(len(rollouts)), rollouts), micro_batch_size):
+    micros = list(chunks(by_length(range(len(rollouts)), rollouts), micro_batch_size))
+    for positions in in_lockstep(micros, model, ranks):
+        if positions is None:
+            idle_pass(model, pad_id)
+            continue
         batch = pad_batch([rollouts[p] for p in positions], pad_id)
         with autocast(model, autocast_dtype):
             logprobs, _ = sequence_logprobs(model, batch["input_ids"], temperature, positions=batch["loss_mask"])
@@ -257,7 +311,10 @@ def minibatch_entropy_stats(model, rollouts: Sequence[Rollout], positions: Seque
     authors' code takes each micro-batch's), every rank's share of it included, so that how a mini-batch is split
     never changes its loss."""
     values = []
-    for chunk in chunks(by_length(positions, rollouts), config.micro_batch_size):
+    for chunk in in_lockstep(list(chunks(by_length(positions, rollouts), config.micro_batch_size)), model, ranks):
+        if chunk is None:
+            idle_pass(model, pad_id)
+            continue
         batch = pad_batch([rollouts[p] for p in chunk], pad_id)
         with autocast(model, config.autocast_dtype):
             _, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
@@ -302,7 +359,7 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     recompute = needs_old and not current_is_old
     if recompute:
         fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=True,
-                      autocast_dtype=config.autocast_dtype)
+                      autocast_dtype=config.autocast_dtype, ranks=ranks)
     totals: dict[str, float] = {}
     weight = 0.0
     grad_norms = []
@@ -317,7 +374,10 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
             micros = list(chunks(order, config.micro_batch_size))
             entropy_stats = (minibatch_entropy_stats(model, rollouts, order, config, pad_id, ranks)
                              if config.entropy_advantage_coef else None)
-            for j, positions in enumerate(micros):
+            for j, positions in enumerate(in_lockstep(micros, model, ranks)):
+                if positions is None:
+                    idle_pass(model, pad_id, optimizer)
+                    continue
                 loss, stats, n = micro_batch_loss(model, rollouts, positions, config, pad_id, current_is_old,
                                                   ref_logprobs, tokens, int(sequences), entropy_stats)
                 optimizer.backward(loss, sync=j == len(micros) - 1)

@@ -5,11 +5,18 @@
   `load_weights` (gathered first under DeepSpeed ZeRO-3, where each rank holds a shard) and reset the prefix cache,
   whose cached keys/values were computed with the old weights. Pin the vLLM version in the [gpu] extra: the path to
   the model inside the engine is not a stable API.
+- a sharded trainer (`rl.distributed.strategy: fsdp2`): the engine holds its own full copy of the weights (vLLM's,
+  or with transformers rollouts a model of its own, `ModuleWeightSync`); each parameter is gathered from the ranks'
+  shards (`full_tensor`, a collective: every rank pushes) and copied in before the next one is gathered, so the whole
+  trained model is never gathered at once.
 """
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+
+import torch
+from torch.distributed.tensor import DTensor
 
 
 class NoWeightSync:
@@ -19,9 +26,31 @@ class NoWeightSync:
         return 0
 
 
+class ModuleWeightSync:
+    """The engine samples with a transformers model of its own (a sharded trainer's rollouts): copy every trained
+    parameter into it, one at a time."""
+
+    def __init__(self, target: torch.nn.Module):
+        self.target = target
+        self.pushes = 0
+
+    @torch.no_grad()
+    def push(self, model) -> int:
+        """Copy `model`'s parameters into the engine's model (same names); return the number of tensors copied."""
+        targets = dict(self.target.named_parameters())
+        sent = 0
+        for name, tensor in gathered_parameters(model):
+            if name not in targets:
+                raise KeyError(f"the rollout model has no parameter {name!r} to receive the trained weights")
+            targets[name].copy_(tensor)
+            sent += 1
+        self.pushes += 1
+        return sent
+
+
 def gathered_parameters(model) -> Iterator[tuple[str, object]]:
-    """(name, full tensor) for every parameter; under ZeRO-3 each one is gathered from its shards first; with LoRA
-    adapters, the base's weights with the adapters merged in, under the base's names."""
+    """(name, full tensor) for every parameter; under ZeRO-3 and FSDP2 each one is gathered from its shards first
+    (one at a time); with LoRA adapters, the base's weights with the adapters merged in, under the base's names."""
     from components.training.rl.lora import has_lora, merged_parameters
 
     if has_lora(model):
@@ -36,7 +65,7 @@ def gathered_parameters(model) -> Iterator[tuple[str, object]]:
         else:
             ctx = contextlib.nullcontext()
         with ctx:
-            yield name, param.data
+            yield name, param.data.full_tensor() if isinstance(param.data, DTensor) else param.data
 
 
 def vllm_inner_model(llm):
@@ -74,7 +103,10 @@ class VLLMWeightSync:
         return sent
 
 
-def build_weight_sync(policy):
-    """VLLMWeightSync for a vLLM policy, NoWeightSync otherwise."""
+def build_weight_sync(policy, own_copy: bool = False):
+    """VLLMWeightSync for a vLLM policy; for a transformers policy, ModuleWeightSync into its model when it samples
+    with a copy of its own (`own_copy`: a sharded trainer), else NoWeightSync."""
     llm = getattr(policy, "llm", None)
-    return VLLMWeightSync(llm) if llm is not None else NoWeightSync()
+    if llm is not None:
+        return VLLMWeightSync(llm)
+    return ModuleWeightSync(policy.model) if own_copy else NoWeightSync()

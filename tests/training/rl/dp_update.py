@@ -3,6 +3,9 @@ test_rl_distributed.py runs it both ways and compares the weights).
 
     python -m torch.distributed.run --nproc_per_node 2 tests/training/rl/dp_update.py MODEL_DIR ALGORITHM OUT [KNOBS]
 
+KNOBS is JSON of rl params; its `distributed` entries (e.g. {"strategy": "fsdp2"}) join the world's process count,
+and `rank_groups` (a list of query indices per rank) replaces the even split with an uneven one.
+
 The batch: 4 queries x G=4 trajectories of random tokens over a tiny vocabulary, with prompts, tool responses (loss
 mask 0) and rewards (one group tied), the same on every rank; rank r trains on queries r, r + N, ... (whole groups),
 as `star rl` shards a step. Rank 0 writes the updated weights to OUT (safetensors).
@@ -44,6 +47,11 @@ def global_batch(seed: int = 0) -> list[list[dict]]:
 
 def update(model_dir: str, algorithm: str, knobs: dict, ranks) -> torch.nn.Module:
     """The model of `model_dir` after one step of `algorithm` on this rank's share of `global_batch()`."""
+    return trained(model_dir, algorithm, knobs, ranks).unwrap()
+
+
+def trained(model_dir: str, algorithm: str, knobs: dict, ranks):
+    """The optimiser (holding the model) after one step of `algorithm` on this rank's share of `global_batch()`."""
     from transformers import AutoModelForCausalLM
 
     from components.training.rl.distributed import shard
@@ -53,11 +61,19 @@ def update(model_dir: str, algorithm: str, knobs: dict, ranks) -> torch.nn.Modul
     from components.training.rl.update import UpdateConfig, rollout_from_record, update_policy
 
     torch.manual_seed(0)
+    knobs = dict(knobs)
+    distributed = {"processes": ranks.size, **knobs.pop("distributed", {})}
+    rank_groups = knobs.pop("rank_groups", None)
     params = RLParams.model_validate({"algorithm": algorithm, "learning_rate": 1e-3, "num_generations": G,
                                       "queries_per_step": QUERIES, "arpo": {"budget": G, "initial_rollouts": 2},
-                                      "distributed": {"processes": ranks.size}, **knobs})
+                                      "distributed": distributed, **knobs})
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    groups = [[Scored(r, SimpleNamespace(total=r["reward"])) for r in group] for group in shard(global_batch(), ranks)]
+    if params.distributed.gradient_checkpointing:  # as the trainer's build_parts
+        model.gradient_checkpointing_enable()
+    batch = global_batch()
+    uneven = rank_groups is not None and ranks.size > 1
+    mine = [batch[q] for q in rank_groups[ranks.rank]] if uneven else shard(batch, ranks)
+    groups = [[Scored(r, SimpleNamespace(total=r["reward"])) for r in group] for group in mine]
     scored, advantages = step_advantages(groups, params.scale_rewards)
     rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
     optimizer = build_optimizer(model, params, total_steps=1, ranks=ranks)
@@ -65,9 +81,9 @@ def update(model_dir: str, algorithm: str, knobs: dict, ranks) -> torch.nn.Modul
                           max_completion_length=params.max_completion_length, num_iterations=params.num_iterations,
                           mini_batch_size=params.mini_batch_size, micro_batch_size=params.micro_batch_size,
                           entropy_coeff=params.entropy_coeff)
-    stats = update_policy(model, optimizer, rollouts, config, pad_id=0, ranks=ranks)
+    stats = update_policy(optimizer.model, optimizer, rollouts, config, pad_id=0, ranks=ranks)
     assert stats["optimizer_steps"] >= 1, stats
-    return model
+    return optimizer
 
 
 def main() -> None:
@@ -79,9 +95,22 @@ def main() -> None:
     model_dir, algorithm, out = sys.argv[1:4]
     knobs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     ranks = init_ranks("cpu", launched_world_size())
-    model = update(model_dir, algorithm, knobs, ranks)
+    optimizer = trained(model_dir, algorithm, knobs, ranks)
+    names = [name for name, _ in optimizer.unwrap().named_parameters()]
+    # a sharded model is gathered first (every rank takes part); a replica is whole on every rank
+    weights = optimizer.full_state_dict() if optimizer.sharded else dict(optimizer.unwrap().named_parameters())
     if ranks.main:
-        save_file({k: v.detach().contiguous() for k, v in model.named_parameters()}, out)
+        save_file({name: weights[name].detach().contiguous() for name in names}, out)
+    if optimizer.sharded:  # and what the weight sync puts into a rollout engine's own copy: OUT's stem + .synced
+        from transformers import AutoModelForCausalLM
+
+        from components.training.rl.weight_sync import ModuleWeightSync
+
+        engine_copy = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        assert ModuleWeightSync(engine_copy).push(optimizer.unwrap()) == len(names)
+        if ranks.main:
+            save_file({k: v.detach().contiguous() for k, v in engine_copy.named_parameters()},
+                      out.removesuffix(".safetensors") + ".synced.safetensors")
     torch.distributed.destroy_process_group()
 
 

@@ -94,3 +94,18 @@ def test_lora_is_what_fits_the_7b_model_on_one_gpu():
     assert lora.lora == 28 * 64 * (2 * (3584 + 3584) + 2 * (3584 + 512) + 3 * (3584 + 18944)) == 161_480_704
     assert (lora.weights, lora.gradients, lora.optimizer) == (2 * arch.parameters + 4 * lora.lora, 4 * lora.lora,
                                                              8 * lora.lora)
+
+
+def test_fsdp2_divides_the_training_state_by_the_process_count():
+    """Sharded float32 master weights, gradients and AdamW moments: 16 bytes a parameter over N GPUs; the same run
+    data parallel (strategy none) keeps all 16 on every GPU."""
+    arch = KNOWN["Qwen/Qwen2.5-3B-Instruct"]
+    common = {"queries_per_step": 4, "num_generations": 8, "rollout": {"max_context_tokens": 8192}}
+    sharded = make_plan(RLParams.model_validate({**common, "distributed": {"processes": 4, "strategy": "fsdp2"}}),
+                        arch)
+    replicas = make_plan(RLParams.model_validate({**common, "distributed": {"processes": 4}}), arch)
+    p = arch.parameters
+    assert (sharded.weights, sharded.gradients, sharded.optimizer) == (p, p, 2 * p)
+    assert replicas.weights + replicas.gradients + replicas.optimizer == 16 * p
+    assert sharded.training == replicas.training - 12 * p  # activations, logits and the rest unchanged
+    assert sharded.engine_weights == replicas.engine_weights == 2 * p  # vLLM's whole bf16 copy on every GPU
