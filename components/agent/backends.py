@@ -37,6 +37,7 @@ class Sampling:
     dtype: str = "auto"
     gpu_memory_utilization: float = 0.8
     max_model_len: int | None = None
+    sleep_mode: bool = False  # vLLM: an engine that can sleep between rollout phases (`VLLMPolicy.sleep_mode`)
 
 
 def vllm_available() -> bool:
@@ -66,7 +67,8 @@ def checkpoint_policy(checkpoint: str | Path, tokenizer, sampling: Sampling, bac
         return vllm_backend.VLLMPolicy(str(checkpoint), tokenizer=tokenizer, temperature=sampling.temperature,
                                        top_p=sampling.top_p, greedy=sampling.greedy, seed=sampling.seed,
                                        dtype=sampling.dtype, max_model_len=sampling.max_model_len,
-                                       gpu_memory_utilization=sampling.gpu_memory_utilization)
+                                       gpu_memory_utilization=sampling.gpu_memory_utilization,
+                                       sleep_mode=sampling.sleep_mode)
 
     if model is None:
         model = loading.load_policy_model(checkpoint, dtype=sampling.dtype, device=device)

@@ -41,13 +41,14 @@ class VLLMPolicy:
     Every request of a turn goes to ONE `LLM.generate` call as token-id prompts; vLLM batches them continuously and
     its prefix cache reuses the shared system prompt and each episode's growing history across turns. Returns the
     sampled ids (ending with the end-of-turn token when the model stopped: `<|im_end|>` or the model's own EOS, as on
-    the transformers backend), their logprobs, and the text without the end-of-turn token. `llm` may be passed in (e.g. a colocated engine whose weights the RL trainer updates).
+    the transformers backend), their logprobs, and the text without the end-of-turn token. `llm` may be passed in (e.g. a colocated engine whose weights the RL trainer updates). `sleep_mode` builds an engine that can sleep
+    (`LLM.sleep`/`wake_up`): RL's weight sync puts it to sleep through each update.
     """
 
     def __init__(self, model: str, tokenizer=None, temperature: float = 1.0, top_p: float = 1.0, top_k: int = -1,
                  greedy: bool = False, seed: int = 0, llm=None, gpu_memory_utilization: float = 0.5,
                  max_model_len: int | None = None, dtype: str = "auto", tensor_parallel_size: int = 1,
-                 enable_prefix_caching: bool = True):
+                 enable_prefix_caching: bool = True, sleep_mode: bool = False):
         vllm = import_vllm()
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model)
         self.end_ids = end_of_turn_ids(self.tokenizer, model_generation_config(model))
@@ -60,7 +61,9 @@ class VLLMPolicy:
             model=str(model), dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
             max_model_len=max_model_len, tensor_parallel_size=tensor_parallel_size,
             enable_prefix_caching=enable_prefix_caching,
+            **({"enable_sleep_mode": True} if sleep_mode else {}),
         )
+        self.sleep_mode = sleep_mode
 
     def sampling_params(self, request: TurnRequest, index: int):
         """vLLM SamplingParams for one request: stop exactly at the end-of-turn tokens the transformers backend stops

@@ -63,6 +63,7 @@ RESUMABLE_PARAM_CHANGES = (
     "max_steps", "epochs", "max_minutes", "checkpoint_every", "keep_checkpoints",
     "device", "micro_batch_size", "eval", "distributed.gradient_checkpointing",
     "rollout.backend", "rollout.max_batch_size", "rollout.chunk_tokens", "rollout.gpu_memory_utilization",
+    "rollout.release_engine_memory",
 )
 SET_ASIDE_SUFFIX = ".set-aside"  # <checkpoints>.set-aside/<time>/: checkpoints of other inputs, kept with the reason
 REASON_FILE = "REASON.txt"

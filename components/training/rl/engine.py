@@ -167,7 +167,7 @@ def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
     sampling = Sampling(temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
                         max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens, dtype="bfloat16",
                         gpu_memory_utilization=rollout.gpu_memory_utilization,
-                        max_model_len=rollout.max_context_tokens)
+                        max_model_len=rollout.max_context_tokens, sleep_mode=rollout.release_engine_memory)
     return checkpoint_policy(model_dir, tokenizer, sampling, backend=backend, device=device, model=model)
 
 

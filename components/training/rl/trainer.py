@@ -544,6 +544,7 @@ def update_step(parts: Parts, params: RLParams, scored: list[Scored], advantages
     update pass at all."""
     optimizer = parts.optimizer
     rollouts = [rollout_from_record(s.record, a) for s, a in zip(scored, advantages)]
+    parts.sync.release()  # a sleeping vLLM engine leaves the update its GPU memory; the push below wakes it
     if params.learning_rate > 0:
         stats = update_policy(optimizer.model, optimizer, rollouts, parts.update_config, parts.pad_id,
                               ref_logprobs=reference_logprobs(parts, rollouts), ranks=parts.ranks)

@@ -9,6 +9,10 @@
   or with transformers rollouts a model of its own, `ModuleWeightSync`); each parameter is gathered from the ranks'
   shards (`full_tensor`, a collective: every rank pushes) and copied in before the next one is gathered, so the whole
   trained model is never gathered at once.
+- between the phases (`release`, before each update): a vLLM engine built with sleep mode
+  (`rl.rollout.release_engine_memory`) sleeps at level 1 (KV cache freed, weights offloaded to CPU) so that the
+  update has the GPU memory the rollouts used; the next push wakes its weights, loads the new ones, then wakes the
+  KV cache, the order of verl's hybrid engine. The other syncs hold no engine memory to release.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ class NoWeightSync:
 
     def push(self, model) -> int:
         return 0
+
+    def release(self) -> None:
+        """Nothing to release: the engine is the trained model."""
 
 
 class ModuleWeightSync:
@@ -46,6 +53,9 @@ class ModuleWeightSync:
             sent += 1
         self.pushes += 1
         return sent
+
+    def release(self) -> None:
+        """Nothing to release: a transformers rollout model holds no cache between generate calls."""
 
 
 def gathered_parameters(model) -> Iterator[tuple[str, object]]:
@@ -85,19 +95,34 @@ def vllm_inner_model(llm):
 
 
 class VLLMWeightSync:
-    """Push trainer weights into a colocated vLLM engine (`VLLMPolicy.llm`)."""
+    """Push trainer weights into a colocated vLLM engine (`VLLMPolicy.llm`); with `sleeps` (an engine built in sleep
+    mode) put it to sleep between the phases."""
 
-    def __init__(self, llm):
+    def __init__(self, llm, sleeps: bool = False):
         self.llm = llm
+        self.sleeps = sleeps
+        self.asleep = False
         self.pushes = 0
 
+    def release(self) -> None:
+        """Before an update: the engine sleeps (level 1: KV cache freed, weights offloaded to CPU)."""
+        if self.sleeps and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
     def push(self, model) -> int:
-        """Load every parameter into vLLM; return the number of tensors sent."""
+        """Load every parameter into vLLM (its weights woken first, its KV cache after); return the number of
+        tensors sent."""
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
         inner = vllm_inner_model(self.llm)
         sent = 0
         for name, tensor in gathered_parameters(model):
             inner.load_weights([(name, tensor)])
             sent += 1
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         self.llm.reset_prefix_cache()
         self.pushes += 1
         return sent
@@ -108,5 +133,5 @@ def build_weight_sync(policy, own_copy: bool = False):
     with a copy of its own (`own_copy`: a sharded trainer), else NoWeightSync."""
     llm = getattr(policy, "llm", None)
     if llm is not None:
-        return VLLMWeightSync(llm)
+        return VLLMWeightSync(llm, sleeps=getattr(policy, "sleep_mode", False))
     return ModuleWeightSync(policy.model) if own_copy else NoWeightSync()

@@ -61,3 +61,64 @@ def test_weight_sync_streams_every_parameter_into_a_colocated_vllm_engine_and_re
 
 def test_transformers_rollouts_need_no_weight_sync():
     assert isinstance(build_weight_sync(SimpleNamespace()), NoWeightSync)
+
+
+class SleepingEngine:
+    """A colocated vLLM engine's sleep-mode calls, recorded in order (`LLM.sleep`, `wake_up`, `reset_prefix_cache`)
+    around a model whose `load_weights` is recorded too."""
+
+    def __init__(self):
+        self.calls = []
+        inner = SimpleNamespace(load_weights=lambda pairs: self.calls.extend(f"load {name}" for name, _ in pairs))
+        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
+            driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=inner))))
+
+    def sleep(self, level):
+        self.calls.append(f"sleep {level}")
+
+    def wake_up(self, tags=None):
+        self.calls.append(f"wake {','.join(tags)}")
+
+    def reset_prefix_cache(self):
+        self.calls.append("reset")
+
+
+def test_a_sleep_mode_engine_sleeps_through_the_update_and_wakes_weights_before_its_kv_cache():
+    """The order verl's hybrid engine uses: sleep (level 1) before the update; for the push, the weights wake, the
+    new ones load, then the KV cache wakes; a second release before a push sleeps once."""
+    engine = SleepingEngine()
+    sync = build_weight_sync(SimpleNamespace(llm=engine, sleep_mode=True))
+    sync.release()
+    sync.release()
+    assert sync.push(torch.nn.Linear(2, 2)) == 2
+    assert engine.calls == ["sleep 1", "wake weights", "load weight", "load bias", "wake kv_cache", "reset"]
+    engine.calls.clear()
+    sync.push(torch.nn.Linear(2, 2))  # awake already (the push before the first rollout): no wake calls
+    assert engine.calls == ["load weight", "load bias", "reset"]
+
+
+def test_an_engine_without_sleep_mode_is_never_put_to_sleep():
+    engine = SleepingEngine()
+    sync = build_weight_sync(SimpleNamespace(llm=engine, sleep_mode=False))
+    sync.release()
+    sync.push(torch.nn.Linear(2, 2))
+    assert engine.calls == ["load weight", "load bias", "reset"]
+    NoWeightSync().release()  # transformers rollouts: nothing to release
+
+
+def test_rl_builds_its_vllm_engine_in_sleep_mode_unless_told_not_to(monkeypatch):
+    import sys
+    import types
+
+    built = []
+    vllm = types.ModuleType("vllm")
+    vllm.LLM = lambda **kwargs: built.append(kwargs) or SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setattr("components.training.rl.engine.require_gpu_extra", lambda *args: None)
+    monkeypatch.setattr("components.agent.vllm_backend.model_generation_config", lambda model: None)
+    tokenizer = SimpleNamespace(convert_tokens_to_ids=lambda token: 2, eos_token_id=2, unk_token_id=0)
+    for release, expected in ((True, {"enable_sleep_mode": True}), (False, {})):
+        rollout = RLParams.model_validate({"rollout": {"backend": "vllm", "release_engine_memory": release}}).rollout
+        policy = build_policy(None, tokenizer, "models/sft", rollout, seed=0, device="cuda")
+        assert policy.sleep_mode is release
+        assert {k: v for k, v in built[-1].items() if k == "enable_sleep_mode"} == expected

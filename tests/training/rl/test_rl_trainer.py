@@ -122,7 +122,8 @@ def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(chang
 
 @pytest.mark.parametrize("knob", [
     {"micro_batch_size": 8}, {"device": "cuda"}, {"eval": {"every": 5, "max_queries": 3}},
-    {"rollout": {"max_batch_size": 2, "chunk_tokens": 64, "backend": "vllm", "gpu_memory_utilization": 0.6}},
+    {"rollout": {"max_batch_size": 2, "chunk_tokens": 64, "backend": "vllm", "gpu_memory_utilization": 0.6,
+                 "release_engine_memory": False}},
     {"distributed": {"gradient_checkpointing": True}}, {"max_steps": 9, "checkpoint_every": 3},
 ])
 def test_throughput_knobs_keep_the_fingerprint_so_a_checkpoint_still_resumes(knob, tmp_path, tiny_model_dir,
