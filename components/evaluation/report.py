@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field
 
 from components.evaluation import plots
-from components.evaluation.qa.scoring import alignment_tax
+from components.qa.evaluate import alignment_tax
 from components.params import Params
 
 IN_DOMAIN_COLUMNS = [("delivery_rate", "delivery"), ("commonsense_micro", "CS micro"),

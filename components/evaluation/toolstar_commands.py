@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                 "--dataset, for <name>.jsonl (default data/toolstar/datasets)")
     tasks.add_argument("--metrics", type=Path, help="stage summary JSON (default metrics/toolstar_tasks.json; "
                                                     "with --dataset, none unless given)")
-    data = tasks.add_argument_group("evaluation datasets (components/evaluation/toolstar_datasets.py)")
+    data = tasks.add_argument_group("evaluation datasets (components/toolstar/datasets.py)")
     data.add_argument("--dataset", help="gsm8k | math500 | hotpotqa | 2wikimultihopqa | musique | bamboogle: its "
                                         "tasks (kind math or qa) from the Hugging Face Hub or --dataset-path")
     data.add_argument("--split", help="the split to read (default: the one Tool-Star evaluates on)")
@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _params(path: str):
-    from components.evaluation.toolstar_params import ToolStarParams
+    from components.toolstar.params import ToolStarParams
     from components.params import load_section
 
     return load_section(path, "toolstar", ToolStarParams)
@@ -92,7 +92,7 @@ def run_tasks(args: argparse.Namespace) -> int:
         raise UserError(f"{', '.join(given)}: only with --dataset NAME")
     from components import tracking
     from components.evaluation.commands import write_json
-    from components.evaluation.toolstar_data import build_tasks
+    from components.evaluation.toolstar import build_tasks
 
     out = args.out or Path("data/toolstar")
     metrics_path = args.metrics or Path("metrics/toolstar_tasks.json")
@@ -111,7 +111,7 @@ def run_dataset_tasks(args: argparse.Namespace) -> int:
     """`star toolstar tasks --dataset NAME`: the dataset's tasks in OUT/<name>.jsonl (no MLflow run: a data import,
     not a pipeline stage)."""
     from components.evaluation.commands import write_json
-    from components.evaluation.toolstar_datasets import dataset_tasks, task_file_name
+    from components.toolstar.datasets import dataset_tasks, task_file_name
     from components.toolstar.tasks import write_tasks
 
     tasks, summary = dataset_tasks(args.dataset, split=args.split, limit=args.limit, path=args.dataset_path)
@@ -129,7 +129,7 @@ def run_teach(args: argparse.Namespace) -> int:
     """The toolstar_sft_data stage."""
     from components import tracking
     from components.evaluation.commands import write_json
-    from components.evaluation.toolstar_data import teach
+    from components.evaluation.toolstar import teach
     from components.evaluation.validate import write_jsonl
 
     params = _params(args.params)
@@ -154,7 +154,7 @@ def run_eval(args: argparse.Namespace) -> int:
     """The toolstar_eval@<name> stages."""
     from components import tracking
     from components.evaluation.commands import write_json
-    from components.evaluation.toolstar_rollout import evaluate_checkpoint
+    from components.evaluation.toolstar import evaluate_checkpoint
     from components.evaluation.validate import write_jsonl
 
     params = _params(args.params)

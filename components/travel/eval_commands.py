@@ -68,7 +68,7 @@ def evaluate_file(world: Any, queries: list, plans: dict[int, Any], modes: tuple
     exactly as written; else plans are normalised first (official keys, cost suffixes stripped)."""
     from tqdm import tqdm
 
-    from components.travel.evaluator import evaluate_plan
+    from components.travel.evaluate import evaluate_plan
     from components.travel.metrics import summarize
     from components.travel.plans import parse_plan
 
@@ -107,7 +107,7 @@ def format_table(metrics: dict[str, Any]) -> str:
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
-    from components.travel.queries import load_any
+    from components.travel.tasks import load_any
     from components.travel.world import World
 
     world = World.load(args.world)

@@ -6,11 +6,11 @@ import pytest
 
 from components.agent.loop import Limits
 from components.evaluation.ood_qa import evaluate_policy
-from components.evaluation.qa.corpus import build_encyclopedia
-from components.evaluation.qa.env import QAEnv
-from components.evaluation.qa.expert import QAExpertPolicy, plan_question
-from components.evaluation.qa.retriever import BM25Retriever
-from components.evaluation.qa.rollout import run_qa
+from components.qa.corpus import build_encyclopedia
+from components.qa.env import QAEnv
+from components.qa.expert import QAExpertPolicy, plan_question
+from components.retrieval import BM25Retriever
+from components.qa.evaluate import run_qa
 
 
 @pytest.fixture(scope="module")

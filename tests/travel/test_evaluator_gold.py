@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components.travel.evaluator import evaluate_plan
+from components.travel.evaluate import evaluate_plan
 from components.travel.plans import parse_plan
-from components.travel.queries import load_queries
+from components.travel.tasks import load_queries
 
 QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
 

@@ -9,9 +9,9 @@ import copy
 import pandas as pd
 import pytest
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
-from components.travel.queries import Query
-from components.travel.rewards import reward
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
+from components.travel.tasks import Query
+from components.travel.reward import reward
 from components.travel.world import World
 
 DATES = ("2022-03-01", "2022-03-02", "2022-03-03")
@@ -222,7 +222,7 @@ def test_unknown_mode_is_rejected(world):
 
 
 def test_name_matches_are_cached_beside_the_world_not_on_it(world):
-    from components.travel.evaluator import lookup_for
+    from components.travel.evaluate import lookup_for
 
     before = dict(vars(world))
     lookup = lookup_for(world)

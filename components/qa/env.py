@@ -1,14 +1,13 @@
-"""The QA episode: the travel episode's shape (reset/step, the same chat protocol) with one tool, `search`.
+"""The QA episode: the tool-call protocol (`components/agent/tool_calls.py`) with one tool, `search`.
 
 `reset()` gives [system, user(question)]; `step(assistant_text)` runs a `search(query)` call against the retriever
 and answers with the top-k passages inside `<tool_response>`, or ends the episode on `<answer>…</answer>`.
 """
 from __future__ import annotations
 
-from components.evaluation.qa.retriever import Retriever, format_passages
-from components.evaluation.qa.scoring import exact_match, f1_score
-from components.travel import protocol
-from components.travel.env import Step
+from components.agent import tool_calls as protocol
+from components.agent.environment import EpisodeEnded, Step
+from components.retrieval import Retriever, format_passages
 
 SEARCH_TOOL = {
     "type": "function",
@@ -35,18 +34,23 @@ class QAEnv:
     def __init__(self, question: str, retriever: Retriever):
         self.question = question
         self.retriever = retriever
+        self.done = False
 
     def reset(self) -> list[dict]:
         """The opening messages: the protocol's system prompt with the search tool, then the question."""
+        self.done = False
         return [{"role": "system", "content": protocol.system_prompt([SEARCH_TOOL], role=QA_ROLE,
                                                                          answer_format=QA_ANSWER_FORMAT)},
                 {"role": "user", "content": self.question}]
 
     def step(self, assistant_text: str) -> Step:
         """Apply one assistant turn."""
+        if self.done:
+            raise EpisodeEnded("the QA episode")
         turn = protocol.parse_turn(assistant_text)
         if isinstance(turn, protocol.Answer):
             answer = turn.text.strip()
+            self.done = True
             return Step(None, True, {"kind": "answer", "answer": answer, "termination": "answer"})
         if isinstance(turn, protocol.ProtocolError):
             return Step(protocol.tool_response(f"Error: {turn.message}"), False,
@@ -64,9 +68,3 @@ class QAEnv:
             return Step(protocol.tool_response(message), False, info)
         info["tool_error"] = False
         return Step(protocol.tool_response(format_passages(self.retriever.search(query))), False, info)
-
-
-def score_record(record: dict, golden_answers: list[str]) -> dict:
-    """The QA evaluation of a finished episode: EM and F1 of its answer (no answer scores 0)."""
-    answer = record.get("answer")
-    return {"em": exact_match(answer, golden_answers), "f1": f1_score(answer, golden_answers)}

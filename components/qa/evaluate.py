@@ -1,9 +1,11 @@
-"""QA episodes through the shared agent loop: one question per episode, scored by EM/F1 when it ends."""
+"""QA episodes through the shared agent loop: one question per episode, scored by EM/F1 when it ends, and the
+alignment tax (a trained checkpoint's scores against the base model's)."""
 from __future__ import annotations
 
 from components.agent.loop import Episode, Limits, run_episodes
-from components.evaluation.qa.env import QAEnv, score_record
-from components.evaluation.qa.retriever import Retriever
+from components.qa.env import QAEnv
+from components.qa.reward import score_record
+from components.retrieval import Retriever
 
 
 def qa_episodes(questions: list[dict], retriever: Retriever) -> list[Episode]:
@@ -28,3 +30,21 @@ def run_qa(questions: list[dict], retriever: Retriever, policy, limits: Limits, 
         record.update({"id": question.get("id"), "dataset": question.get("dataset"),
                        "question": question["question"], "golden_answers": question["golden_answers"]})
     return records
+
+
+def alignment_tax(base: dict, trained: dict) -> dict:
+    """Alignment tax = base score - trained score, absolute and relative to base (EM, and F1 alongside).
+
+    Positive means training cost general ability; the relative tax is None when the base scores 0.
+    """
+    def rel(b: float, t: float) -> float | None:
+        return (b - t) / b if b else None
+
+    return {
+        "alignment_tax_abs": base["em"] - trained["em"],
+        "alignment_tax_rel": rel(base["em"], trained["em"]),
+        "alignment_tax_f1_abs": base["f1"] - trained["f1"],
+        "alignment_tax_f1_rel": rel(base["f1"], trained["f1"]),
+        "base_em": base["em"],
+        "base_f1": base["f1"],
+    }

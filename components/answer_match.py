@@ -1,5 +1,5 @@
-"""Exact match and token F1 with the standard SQuAD answer normalisation (as in Search-R1 and FlashRAG), and the
-alignment tax (a trained checkpoint's scores against the base model's)."""
+"""Exact match and token F1 with the standard SQuAD answer normalisation (as in Search-R1 and FlashRAG): how the QA
+and Tool-Star environments score a short answer against its golden answers."""
 from __future__ import annotations
 
 import re
@@ -55,21 +55,3 @@ def f1_score(prediction: str | None, golden_answers: str | Iterable[str]) -> flo
     if prediction is None:
         return 0.0
     return max((_token_f1(prediction, gold) for gold in _as_list(golden_answers)), default=0.0)
-
-
-def alignment_tax(base: dict, trained: dict) -> dict:
-    """Alignment tax = base score - trained score, absolute and relative to base (EM, and F1 alongside).
-
-    Positive means training cost general ability; the relative tax is None when the base scores 0.
-    """
-    def rel(b: float, t: float) -> float | None:
-        return (b - t) / b if b else None
-
-    return {
-        "alignment_tax_abs": base["em"] - trained["em"],
-        "alignment_tax_rel": rel(base["em"], trained["em"]),
-        "alignment_tax_f1_abs": base["f1"] - trained["f1"],
-        "alignment_tax_f1_rel": rel(base["f1"], trained["f1"]),
-        "base_em": base["em"],
-        "base_f1": base["f1"],
-    }
