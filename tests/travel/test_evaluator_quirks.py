@@ -251,7 +251,7 @@ def test_repeated_places_lists_every_naming_after_the_first_in_day_order():
 
 
 def test_star_evaluate_raw_keeps_an_empty_day_past_the_trip_which_the_public_code_never_reads(world):
-    from components.travel.eval_commands import evaluate_file
+    from components.travel.commands import evaluate_file
     from components.travel.plans import parse_plan
 
     plan = [*copy.deepcopy(GOOD_PLAN), {}]
@@ -269,7 +269,7 @@ def test_star_evaluate_raw_keeps_an_empty_day_past_the_trip_which_the_public_cod
 def test_star_evaluate_raw_scores_the_plan_as_written(world, rewrite, broken):
     """`--raw` rewrites nothing: where the public code would crash on the plan, the official check fails with a
     reason; the default (normalised) evaluation reads the same plan as the good one it was made from."""
-    from components.travel.eval_commands import evaluate_file
+    from components.travel.commands import evaluate_file
 
     plan = rewrite(copy.deepcopy(GOOD_PLAN))
     (normalised,), _ = evaluate_file(world, [make_query()], {0: plan}, ("official",))

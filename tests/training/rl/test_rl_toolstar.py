@@ -167,7 +167,7 @@ def test_the_toolstar_rl_stage_reads_its_own_params_section():
 
     from components.params import load_section
     from components.training.commands import registered_name
-    from components.training.rl_commands import register
+    from components.training.commands import register_rl as register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
