@@ -3,7 +3,7 @@
 Every environment package has the same modules: `env` (the episode, `components.agent.environment`'s protocol),
 `tasks` (its task records), `expert` (a scripted policy that solves them), `reward` (the score of a finished
 episode), `evaluate` (episodes through the agent loop and their metrics) and `source` (the `TaskSource` the
-stages draw from: `KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`). The stages (RL, SFT data, evaluation) reach
+stages draw from: `KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed)`). The stages (RL, SFT data, evaluation) reach
 an environment through this module and that protocol only.
 
     source = load_source("travel", SourceInputs(tasks=Path("data/queries/rl.jsonl"), files={"world": world_dir}))
@@ -73,3 +73,8 @@ def load_source(kind: str, inputs: SourceInputs) -> TaskSource:
 def reward_columns(kind: str) -> list[str]:
     """plots/rl/rewards.csv's columns for the environment `kind`."""
     return list(source_module(kind).REWARD_COLUMNS)
+
+
+def expert_policy(kind: str, seed: int = 0):
+    """The programmatic expert of the environment `kind` (a `Policy`: the SFT data's teacher)."""
+    return source_module(kind).expert_policy(seed)

@@ -49,8 +49,9 @@ class Environment(Protocol):
 @dataclass(frozen=True)
 class TaskReward:
     """The environment's reward of one finished episode: `value` (what RL's advantages start from), the reward
-    kind used, its named `components` (columns of plots/rl/rewards.csv) and whether the format reward replaced the
-    task reward (a trajectory that broke the protocol)."""
+    kind used, its named `components` (columns of plots/rl/rewards.csv; every environment has `success`, 1.0 when
+    the episode solved its task, which the trainer's progress and summary report) and whether the format reward
+    replaced the task reward (a trajectory that broke the protocol)."""
 
     value: float
     kind: str

@@ -14,19 +14,21 @@ from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
 from components.errors import UserError
 from components.qa.env import QAEnv
+from components.qa.expert import QAExpertPolicy
 from components.qa.reward import score_record
 from components.qa.tasks import load_jsonl_dataset
 from components.retrieval import BM25Retriever, load_corpus
 
 KIND = "qa"
-REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "em", "f1", "format_error_rate"]
+REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "em", "f1", "format_error_rate"]
 
 
 def task_reward(record: dict) -> TaskReward:
-    """EM of the episode's answer as the reward; no answer is the format failure."""
+    """EM of the episode's answer as the reward (and its success); no answer is the format failure."""
     evaluation = record.get("evaluation") or score_record(record, [])
     return TaskReward(value=float(evaluation["em"]), kind=KIND,
-                      components={"em": float(evaluation["em"]), "f1": float(evaluation["f1"])},
+                      components={"success": float(evaluation["em"]), "em": float(evaluation["em"]),
+                                  "f1": float(evaluation["f1"])},
                       format_applied=record.get("answer") is None)
 
 
@@ -79,3 +81,8 @@ def load_source(inputs: SourceInputs) -> QASource:
                         "or pass --qa)")
     questions = load_jsonl_dataset(inputs.tasks, limit=inputs.max_items)
     return QASource(questions, BM25Retriever(load_corpus(corpus)), tasks_path=Path(inputs.tasks), corpus=corpus)
+
+
+def expert_policy(seed: int = 0) -> QAExpertPolicy:
+    """The programmatic expert that answers generated questions (`seed` unused: it is deterministic)."""
+    return QAExpertPolicy()

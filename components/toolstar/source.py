@@ -18,6 +18,7 @@ from components.errors import UserError
 from components.params import load_section
 from components.toolstar.env import ToolStarEnv
 from components.toolstar.evaluate import load_environment, score_episode
+from components.toolstar.expert import ToolStarExpertPolicy
 from components.toolstar.params import ToolStarParams
 from components.toolstar.reward import Metric
 from components.toolstar.tasks import Task, read_tasks
@@ -122,3 +123,8 @@ def load_source(inputs: SourceInputs) -> ToolStarSource:
                           metric=settings.reward_metric,
                           settings=settings.model_dump(mode="json", include=EPISODE_KEYS), corpus=corpus,
                           tasks_path=Path(inputs.tasks))
+
+
+def expert_policy(seed: int = 0) -> ToolStarExpertPolicy:
+    """The programmatic expert that solves generated Tool-Star tasks (`seed` unused: it is deterministic)."""
+    return ToolStarExpertPolicy()

@@ -17,6 +17,7 @@ from components.agent.loop import Episode
 from components.errors import UserError
 from components.travel.env import TravelEnv
 from components.travel.evaluate import PlanEvaluation, evaluate_plan
+from components.travel.expert import ExpertConfig, ExpertPolicy
 from components.travel.reward import COMPONENTS, RewardWeights, reward
 from components.travel.tasks import level_stratified_prefix, load_queries
 from components.travel.world import World
@@ -128,3 +129,8 @@ def load_source(inputs: SourceInputs) -> TravelSource:
         queries = level_stratified_prefix(queries, inputs.max_items)
     return TravelSource(World.load(world_dir), queries, failure_rate=inputs.failure_rate,
                         reward_settings=dict(inputs.reward), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks))
+
+
+def expert_policy(seed: int = 0) -> ExpertPolicy:
+    """The programmatic expert that solves travel queries (the teacher of the tiny preset)."""
+    return ExpertPolicy(ExpertConfig(seed=seed))
