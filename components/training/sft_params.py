@@ -17,7 +17,7 @@ class SFTParams(Params):
 
     epochs: float = Field(3.0, gt=0, description="passes over the training records (fractions allowed)")
     learning_rate: float = Field(1e-3, gt=0)
-    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"  # TRL's (and rl's) name
     warmup_ratio: float = Field(0.05, ge=0, lt=1, description="share of optimiser steps spent warming up")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)

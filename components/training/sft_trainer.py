@@ -138,7 +138,7 @@ def training_arguments(params: SFTParams, out_dir: str | Path, num_examples: int
         num_train_epochs=params.epochs,
         max_steps=params.max_steps or -1,
         learning_rate=params.learning_rate,
-        lr_scheduler_type=schedule.TRANSFORMERS_SCHEDULES[params.lr_scheduler],
+        lr_scheduler_type=schedule.TRANSFORMERS_SCHEDULES[params.lr_scheduler_type],
         warmup_steps=warmup_steps(num_examples, params),
         weight_decay=params.weight_decay,
         max_grad_norm=params.max_grad_norm,
