@@ -318,7 +318,7 @@ def prepare_torch_run(model, params: SFTParams) -> str:
     torch.manual_seed(params.seed)
     if params.cpu_threads:
         torch.set_num_threads(params.cpu_threads)
-    if params.gradient_checkpointing:
+    if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     device = next(model.parameters()).device
     return cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
