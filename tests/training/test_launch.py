@@ -93,7 +93,8 @@ def test_the_deepspeed_paths_without_a_launcher_say_how_to_start_them():
     with pytest.raises(UserError, match=r"sft.distributed.strategy: deepspeed \(zero2\) trains in a torch.distributed "
                                         r"world.*torchrun"):
         launch.require_launcher("sft.distributed.strategy: deepspeed (zero2)", {})
-    launch.require_launcher("sft.distributed.strategy: deepspeed (zero2)", {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"})
+    launch.require_launcher("sft.distributed.strategy: deepspeed (zero2)",
+                            {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"})
     with pytest.raises(UserError, match=r"at most 1 process.*has 2"):
         launch.require_launcher("rl.distributed.strategy: deepspeed", {"WORLD_SIZE": "2", "RANK": "0"}, most=1)
 
