@@ -1,10 +1,10 @@
-"""The environment registry: `env.kind` -> the package that implements it, one line per environment.
+"""The environment registry: `env.kind` -> the package that implements it, one entry per environment.
 
 Every environment package has the same modules: `env` (the episode, `components.agent.environment`'s protocol),
 `tasks` (its task records), `expert` (a scripted policy that solves them), `reward` (the score of a finished
-episode), `evaluate` (episodes through the agent loop and their metrics) and `source` (the `TaskSource` the
-stages draw from: `KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed)`). The stages (RL, SFT data, evaluation) reach
-an environment through this module and that protocol only.
+episode), `evaluate` (episodes through the agent loop and their metrics) and `source` (what the stages draw from:
+`KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed)`). The stages (RL, SFT data,
+evaluation) reach an environment through this module and that protocol only.
 
     source = load_source("travel", SourceInputs(tasks=Path("data/queries/rl.jsonl"), files={"world": world_dir}))
 

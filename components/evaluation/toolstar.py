@@ -7,9 +7,10 @@ each kind in the drawn order) and leaves the rest to SFT. Ids stay those of the 
 The draw depends on the total counts: changing `val` changes the SFT tasks too.
 
 SFT records: the programmatic expert (`ToolStarExpertPolicy`) solves the SFT tasks through the agent loop in
-`ToolStarEnv` with the real sandbox (`components/toolstar/evaluate.py`'s `run_toolstar`); an episode is kept when Tool-Star's reward is
-positive (the format passes and the answer scores) and its conversation is new. A kept episode becomes a chat record
-in the sft_data stage's shape (docs/contracts.md, "SFT record"), so `star sft` reads it unchanged: its assistant
+`ToolStarEnv` with the real sandbox (`run_toolstar`, components/toolstar/evaluate.py); an episode is kept when
+Tool-Star's reward is positive (the format passes and the answer scores) and its conversation is new. A kept
+episode becomes a chat record in the sft_data stage's shape (docs/contracts.md, "SFT record"), so `star sft` reads
+it unchanged: its assistant
 turns are trained unless the environment answered one with an error (a malformed turn, a call over the limit), and
 tool results stay user messages (`<result>…</result>`, masked out of the loss).
 """
