@@ -10,9 +10,8 @@ SFT records: the programmatic expert (`ToolStarExpertPolicy`) solves the SFT tas
 `ToolStarEnv` with the real sandbox (`run_toolstar`, components/toolstar/evaluate.py); an episode is kept when
 Tool-Star's reward is positive (the format passes and the answer scores) and its conversation is new. A kept
 episode becomes a chat record in the sft_data stage's shape (docs/contracts.md, "SFT record"), so `star sft` reads
-it unchanged: its assistant
-turns are trained unless the environment answered one with an error (a malformed turn, a call over the limit), and
-tool results stay user messages (`<result>…</result>`, masked out of the loss).
+it unchanged: its assistant turns are trained unless the environment answered one with an error (a malformed turn,
+a call over the limit), and tool results stay user messages (`<result>…</result>`, masked out of the loss).
 """
 from __future__ import annotations
 
