@@ -5,12 +5,14 @@ A leaf module (the standard library only), so the evaluators (`components/travel
 
     wilson_interval(4, 40)                      # (0.0396, 0.2305): 4 of 40 passed, the 95% Wilson score interval
     paired_difference([1, 0, 1], [0, 0, 1])     # {"n": 3, "mean": 0.333, "se": 0.333}: run - base per item
+    bootstrap_interval({"nq": [1, 0, 1], "hotpotqa": [0, 0, 1, 1]})   # the mean of the per-group means, 95%
 """
 from __future__ import annotations
 
 import math
+import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 Z_95 = 1.959963984540054  # the two-sided 95% normal quantile
 
@@ -45,3 +47,37 @@ def paired_difference(run: Sequence[float], base: Sequence[float]) -> dict[str, 
     differences = [a - b for a, b in zip(run, base)]
     se = statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else float("nan")
     return {"n": len(differences), "mean": statistics.fmean(differences), "se": se}
+
+
+def mean_of_means(groups: Mapping[str, Sequence[float]]) -> float:
+    """The mean over groups of each group's mean (every group weighs the same); empty groups are left out."""
+    means = [statistics.fmean(values) for values in groups.values() if values]
+    if not means:
+        raise ValueError("a mean of means needs at least one group with values")
+    return statistics.fmean(means)
+
+
+def bootstrap_interval(groups: Mapping[str, Sequence[float]], resamples: int = 2000, seed: int = 0,
+                       level: float = 0.95) -> tuple[float, float]:
+    """The percentile bootstrap interval of `mean_of_means(groups)`: each resample redraws every group's items with
+    replacement, within the group (a stratified bootstrap, so each group keeps its size). Per-item differences of
+    two evaluations on the same items give the interval of a paired difference. Seeded: the same input gives the
+    same interval."""
+    if resamples < 1 or not 0 < level < 1:
+        raise ValueError(f"a bootstrap needs resamples >= 1 and 0 < level < 1, got {resamples} and {level}")
+    groups = {name: list(values) for name, values in groups.items() if values}
+    mean_of_means(groups)  # the same error for no values at all
+    rng = random.Random(seed)
+    estimates = sorted(
+        statistics.fmean(statistics.fmean(rng.choices(values, k=len(values))) for values in groups.values())
+        for _ in range(resamples))
+    tail = (1 - level) / 2
+    return _quantile(estimates, tail), _quantile(estimates, 1 - tail)
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-quantile of sorted values, interpolated linearly between the two nearest ranks."""
+    position = q * (len(sorted_values) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(sorted_values) - 1)
+    return sorted_values[below] + (sorted_values[above] - sorted_values[below]) * (position - below)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -47,7 +48,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import mlflow
-from mlflow.entities import ExperimentTag, Metric, Param, RunTag
+from mlflow.entities import Dataset, DatasetInput, ExperimentTag, InputTag, Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 from mlflow.tracking import MlflowClient
@@ -199,6 +200,50 @@ def context_tags(stage: str | None = None, root: Path | None = None) -> dict[str
     return {key: value for key, value in tags.items() if value}
 
 
+# ---------------------------------------------------------------- datasets
+
+def file_md5(path: Path) -> str:
+    """The md5 of a file's bytes: what DVC records for a file output in dvc.lock."""
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def dvc_output_of(path: Path, root: Path) -> tuple[str, str] | None:
+    """The dvc.lock output holding `path` (the file itself or a folder above it) and its md5, if any."""
+    try:
+        lock = _read_yaml(root / "dvc.lock") or {}
+        relative = path.resolve().relative_to(root)
+    except (ValueError, OSError):
+        return None
+    for stage in (lock.get("stages") or {}).values():
+        for out in stage.get("outs") or []:
+            out_path = Path(out.get("path", ""))
+            if out.get("md5") and (relative == out_path or out_path in relative.parents):
+                return out_path.as_posix(), out["md5"]
+    return None
+
+
+def dataset_record(name: str, path: Path, context: str) -> dict[str, Any]:
+    """A data file as an MLflow dataset: digest = the file's md5 (DVC's for that file), source = its path in the
+    workspace and the DVC output holding it with that output's md5 (a folder's `.dir` md5), profile = its rows."""
+    if not path.is_file():
+        raise FileNotFoundError(f"cannot log dataset '{name}': {path} is not a file")
+    root = workspace_root()
+    found = dvc_output_of(path, root)
+    try:
+        shown = path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        shown = str(path.resolve())
+    source = {"path": shown, **({"dvc_output": found[0], "dvc_md5": found[1]} if found else {})}
+    with open(path, "rb") as handle:
+        rows = sum(1 for line in handle if line.strip())
+    return {"name": name, "digest": file_md5(path), "source_type": "dvc" if found else "local", "source": source,
+            "profile": {"rows": rows}, "context": context}
+
+
 # ---------------------------------------------------------------- runs
 
 def _client():
@@ -280,6 +325,33 @@ def ensure_experiment(name: str) -> str:
     raise RuntimeError(f"could not create or find MLflow experiment '{name}' at {redact_url(tracking_uri())}")
 
 
+# MLflow 3.17's UI opens every experiment in the view of its global GenAI / Model training switch (remembered by the
+# browser, GenAI at first) and reads this query parameter before it; the experiment's kind tag is what a UI that
+# chooses per experiment reads.
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+def existing_experiment_id(name: str) -> str | None:
+    """The id of experiment `name` in the tracking store, without creating anything (None: no such experiment, or
+    no store yet, or a server that does not answer at once)."""
+    uri = tracking_uri()
+    path = sqlite_path(uri)
+    if path is not None and not path.exists():
+        return None
+    try:
+        with limited_http_waits():
+            found = MlflowClient(tracking_uri=uri).get_experiment_by_name(name)
+    except Exception:
+        return None
+    return found.experiment_id if found else None
+
+
+def experiment_link(ui_url: str, experiment_id: str | None) -> str:
+    """The UI link to an experiment's runs (the experiments list without an id) in the model-training view."""
+    where = f"experiments/{experiment_id}/runs" if experiment_id else "experiments"
+    return f"{ui_url}/#/{where}?{MODEL_TRAINING_VIEW}"
+
+
 def _create_experiment(client, name: str) -> str:
     """Create experiment `name` where its store puts experiments: a server decides for itself; a local sqlite store
     puts it in `<artifact root>/<experiment id>` with the root beside its database (`default_artifact_location`), the
@@ -335,20 +407,69 @@ def _apply_dict(client, run_id: str, record: Mapping) -> None:
 
 
 def _apply_model(client, run_id: str, record: Mapping) -> int | None:
-    model_dir, name = Path(record["model_dir"]), record["registered_name"]
+    """Log the checkpoint as an MLflow model of the transformers flavour (the chat task, pinned requirements, a model
+    card with its lineage) in the run's "Logged models"; register a version with the lineage tags and the alias."""
+    model_dir, name, lineage = Path(record["model_dir"]), record["registered_name"], dict(record.get("lineage") or {})
     if not (model_dir / "config.json").exists():
         raise FileNotFoundError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
-    client.log_artifacts(run_id, str(model_dir), artifact_path="model")
+    logged = client.create_logged_model(client.get_run(run_id).info.experiment_id, name="model",
+                                        source_run_id=run_id, tags=lineage)
+    with _process_tracking_uri(tracking_uri()):  # the flavour's upload resolves the process-wide URI
+        mlflow.models.Model.log(None, name="model", flavor=mlflow.transformers, run_id=run_id,
+                                model_id=logged.model_id, transformers_model=transformers_components(model_dir),
+                                task=MODEL_TASK, pip_requirements=model_requirements(),
+                                model_card=model_card(name or model_dir.name, lineage), await_registration_for=0)
     if not name:
         return None
     try:
-        client.create_registered_model(name)
+        client.create_registered_model(name, description=REGISTERED_MODEL_DESCRIPTION)
     except MlflowException:
         pass  # already registered: add a version
-    source = f"{client.get_run(run_id).info.artifact_uri}/model"
-    version = client.create_model_version(name, source, run_id=run_id)
+    version = client.create_model_version(name, f"models:/{logged.model_id}", run_id=run_id, tags=lineage,
+                                          model_id=logged.model_id)
     client.set_registered_model_alias(name, record["alias"], version.version)
     return int(version.version)
+
+
+# What a checkpoint is in MLflow: a transformers-flavour model for chat (`mlflow.transformers.load_model` gives a
+# text-generation pipeline; the pyfunc serves OpenAI-style chat requests).
+MODEL_TASK = "llm/v1/chat"
+REGISTERED_MODEL_DESCRIPTION = ("A STAR pipeline checkpoint (transformers flavour, chat task). Each version's tags "
+                                "name the run that trained it and the digests of its training data.")
+
+
+def transformers_components(model_dir: Path) -> dict[str, Any]:
+    """The checkpoint's model and tokenizer, loaded from its absolute path (MLflow then never asks the Hugging Face
+    Hub about it: a path is no repository name)."""
+    import transformers
+
+    path = str(model_dir.resolve())
+    return {"model": transformers.AutoModelForCausalLM.from_pretrained(path, dtype="auto"),
+            "tokenizer": transformers.AutoTokenizer.from_pretrained(path)}
+
+
+def model_requirements() -> list[str]:
+    """The model's pip requirements: the torch and transformers this process trained it with."""
+    import torch
+    import transformers
+
+    return [f"torch=={torch.__version__.split('+')[0]}", f"transformers=={transformers.__version__}"]
+
+
+def model_card(title: str, lineage: Mapping[str, str]):
+    """A Hugging Face model card naming the checkpoint's lineage (given, so MLflow does not fetch one)."""
+    from huggingface_hub import ModelCard
+
+    lines = "\n".join(f"- `{key}`: {value}" for key, value in sorted(lineage.items()))
+    return ModelCard(f"---\nlibrary_name: transformers\npipeline_tag: text-generation\n---\n# {title}\n\n"
+                     f"A checkpoint of the STAR pipeline (Synthesis, SFT, RL on TravelPlanner).\n\n{lines}\n")
+
+
+def _apply_input(client, run_id: str, record: Mapping) -> None:
+    dataset = Dataset(name=record["name"], digest=record["digest"], source_type=record["source_type"],
+                      source=json.dumps(record["source"]), profile=json.dumps(record["profile"]))
+    client.log_inputs(run_id, datasets=[DatasetInput(dataset, tags=[InputTag("mlflow.data.context",
+                                                                             record["context"])])])
 
 
 def _apply_end(client, run_id: str, record: Mapping) -> None:
@@ -357,7 +478,7 @@ def _apply_end(client, run_id: str, record: Mapping) -> None:
 
 _APPLY: dict[str, Callable[..., Any]] = {
     "params": _apply_params, "metrics": _apply_metrics, "tags": _apply_tags, "artifact": _apply_artifact,
-    "dict": _apply_dict, "model": _apply_model, "end": _apply_end}
+    "dict": _apply_dict, "model": _apply_model, "input": _apply_input, "end": _apply_end}
 _UPLOADS = {"artifact", "dict", "model"}
 
 
@@ -505,6 +626,22 @@ def offline_warning(label: str, uri: str, error: BaseException, spool: Path, rep
 
 # ---------------------------------------------------------------- runs
 
+# The chart section of a stage's metrics where it is not the stage's own name.
+METRIC_SECTIONS = {"toolstar_eval": "toolstar"}
+
+
+def stage_metric_prefix(stage: str) -> str:
+    """What the metric names of `stage`'s run start with: its kind, then the checkpoint of a `kind@checkpoint` stage
+    (`sft/`, `rl/`, `validate/sft/`, `toolstar/rl/`), so that MLflow's chart sections follow the pipeline."""
+    kind, _, checkpoint = stage.partition("@")
+    return "/".join(part for part in (METRIC_SECTIONS.get(kind, kind), checkpoint) if part) + "/"
+
+
+def prefixed(prefix: str, name: str) -> str:
+    """`name` under `prefix` (unchanged when it already is)."""
+    return name if name.startswith(prefix) else prefix + name
+
+
 @dataclass
 class Run:
     """An MLflow run addressed by id (safe to use from threads: no reliance on the active run).
@@ -519,9 +656,11 @@ class Run:
     label: str = "run"
     start: dict = field(default_factory=dict, repr=False)  # what `replay` needs to create the run if it must
     spool: Path | None = None
+    metric_prefix: str = ""  # what every metric name of the run starts with (`stage_metric_prefix`)
+    lineage: dict[str, str] = field(default_factory=dict, repr=False)  # dataset digests for the models it logs
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     _monitor: Any = field(default=None, repr=False, compare=False)  # the system-metrics sampler (training stages)
-    _summary_parent: str | None = field(default=None, repr=False, compare=False)  # a `dvc repro` parent to refresh
+    _summary_parent: str | None = field(default=None, repr=False, compare=False)  # the parent run to sum up on
     replay_all: ClassVar[bool] = False  # whether the runs under this one spool with it (the warning's command)
 
     @property
@@ -534,10 +673,23 @@ class Run:
         self._send({"op": "params", "params": redact(flatten(params))})
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
-        """Log numeric metrics (nested dicts flattened to dotted names) at `step`."""
-        values = numeric_metrics(metrics)
+        """Log numeric metrics (nested dicts flattened to dotted names) at `step`, named under the run's
+        `metric_prefix` (`train_loss` of the sft stage is `sft/train_loss`): curves and evaluation results. A stage's
+        one-off statistics go to `log_stats`."""
+        values = {prefixed(self.metric_prefix, key): value for key, value in numeric_metrics(metrics).items()}
         if values:
             self._send({"op": "metrics", "metrics": values, "step": step or 0, "timestamp": now_ms()})
+
+    def log_stats(self, stats: Mapping[str, Any], artifact_file: str | None = None) -> None:
+        """Log a stage's one-off statistics (row counts, sizes, wall time) as `stats.<name>` tags, which the runs
+        table can show as columns, and as a JSON artifact when `artifact_file` is given (stages that log their
+        metrics file have it already). Not metrics: a one-point metric is a chart of one bar in the UI, and an
+        experiment's chart view is for curves and results."""
+        flat = flatten(dict(stats))
+        if artifact_file and flat:
+            self.log_dict(dict(stats), artifact_file)
+        if flat:
+            self.set_tags({f"stats.{key}": value for key, value in flat.items()})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Set tags (values redacted like params)."""
@@ -556,17 +708,29 @@ class Run:
         """Store a JSON-serialisable object as an artifact file."""
         self._send({"op": "dict", "data": data, "artifact_file": artifact_file})
 
+    def log_input(self, name: str, path: str | Path, context: str = "training") -> None:
+        """Log a data file the stage reads as an MLflow dataset input (`dataset_record`: its DVC digest, path and
+        rows); the digest also goes into the lineage of the models this run logs."""
+        record = dataset_record(name, Path(path), context)
+        self.lineage[f"star.dataset.{name}"] = record["digest"]
+        self._send({"op": "input", **record})
+
     def log_model(self, model_dir: str | Path, registered_name: str | None = None,
                   alias: str = MODEL_ALIAS) -> int | None:
-        """Log a Hugging Face model folder as artifacts under `model/`; register a version with `alias` if asked.
+        """Log a Hugging Face checkpoint as an MLflow model of the transformers flavour (chat task) named `model`,
+        with its lineage (this run, the digests of the datasets logged with `log_input`); register a version with
+        `alias` if asked.
 
         Returns the registered version number, or None when not registered (or MLflow is unreachable).
         """
         model_dir = Path(model_dir)
         if not (model_dir / "config.json").exists():
             raise FileNotFoundError(f"{model_dir} is not a Hugging Face model folder (no config.json)")
+        if not any(model_dir.glob("*.safetensors")) and not (model_dir / "pytorch_model.bin").exists():
+            raise FileNotFoundError(f"{model_dir} holds no weights (no *.safetensors, no pytorch_model.bin)")
+        lineage = {"star.source_run": self.run_id or "", "star.stage": self.label, **self.lineage}
         return self._send({"op": "model", "model_dir": str(model_dir.resolve()), "registered_name": registered_name,
-                           "alias": alias})
+                           "alias": alias, "lineage": {k: v for k, v in lineage.items() if v}})
 
     def end(self, status: str = "FINISHED") -> None:
         """End the run: FINISHED, FAILED or KILLED (its system metrics stopped and flushed first)."""
@@ -808,7 +972,7 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
         run_tags["mlflow.parentRunId"] = parent_id
     start = {"op": "start", "run_name": stage, "experiment": experiment_name(), "parent_run_id": parent_id,
              "parent_spool": parent_spool, "tags": redact(resolve_tags(run_tags)), "start_time": now_ms()}
-    run = Run(None, None, label=stage, start=start)
+    run = Run(None, None, label=stage, start=start, metric_prefix=stage_metric_prefix(stage))
     if parent_spool:  # the pipeline's run lost MLflow: spool beside it instead of waiting for MLflow again
         run.go_offline(None)
         return run
@@ -826,8 +990,7 @@ def open_stage_run(stage: str, tags: Mapping[str, Any] | None = None) -> Run:
         run.go_offline(exc)
         return run
     run.run_id, run.experiment_id = created.info.run_id, experiment_id
-    if launcher:
-        run._summary_parent = parent_id
+    run._summary_parent = parent_id
     if system_metrics_wanted(stage):
         run.start_system_metrics()
     print(f"[{stage}] MLflow run {run.run_id} in experiment '{start['experiment']}' at "
@@ -939,9 +1102,9 @@ class PipelineRun(Run):
         tags = {f"stage.{safe}.status": status}
         if lock_hash:
             tags[f"stage.{safe}.lock_hash"] = lock_hash
-        self.set_tags(tags)
         if seconds is not None:
-            self.log_metrics({f"stage_seconds.{safe}": seconds})
+            tags[f"stage.{safe}.seconds"] = f"{seconds:.1f}"
+        self.set_tags(tags)
         if lock_hash and status == "ran" and not self.offline:
             try:
                 children = child_runs(self.run_id, stage)
@@ -1115,15 +1278,21 @@ def log_checkpoint_metrics(run: Run, root: str | Path) -> None:
 
 
 def refresh_parent_summary(run: Run) -> None:
-    """After a stage under a plain `dvc repro` (which ends its parent run nowhere): log on that parent the checkpoint
-    metrics of the workspace that changed since its last stage. Never fails the stage."""
+    """After a stage: log on its parent run the pipeline params it lacks and the checkpoint metrics that changed,
+    both read from the stage's workspace. That sums up the parents that no flow ends: a plain `dvc repro`'s, and a
+    sweep variant's, whose stages run in the experiment's own copy (`dvc exp run --temp`) with its overrides. Never
+    fails the stage."""
     parent_id = run._summary_parent
     if not parent_id or run.offline:
         return
     try:
         client = _client()
-        current = client.get_run(parent_id).data.metrics
-        changed = {k: v for k, v in checkpoint_metrics(workspace_root()).items() if current.get(k) != v}
+        parent = client.get_run(parent_id).data
+        root = workspace_root()
+        missing = {k: v for k, v in redact(pipeline_params(root)).items() if k not in parent.params}
+        if missing:
+            _apply_params(client, parent_id, {"params": missing})
+        changed = {k: v for k, v in checkpoint_metrics(root).items() if parent.metrics.get(k) != v}
         if changed:
             _apply_metrics(client, parent_id, {"metrics": changed, "step": 0, "timestamp": now_ms()})
     except Exception as exc:

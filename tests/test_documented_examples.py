@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import logging
-import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from project_copy import copy_project, project_environment
+
 REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 
 
 def load_checker():
@@ -122,35 +121,6 @@ def test_an_unclassified_example_fails_and_a_stale_entry_too(tmp_path, parsers):
     assert "UNCLASSIFIED dvc repro --force  [README.md:4]" in failures  # the continued line, comment stripped
     assert "STALE dvc exp run -S params/rl.yaml:rl.reward.kind=macro" in failures
     assert "UNCLASSIFIED star ui" not in failures and "UNCLASSIFIED dvc plots show" not in failures
-
-
-# What a copy of the project leaves out: the environment, git, every pipeline output, and caches.
-NOT_COPIED = {".venv", ".git", "data", "models", "checkpoints", "metrics", "plots", "reports", "mlruns", "mlflow.db",
-              "mlflow.db.lock", "mlartifacts", ".prefect", ".star", "dvc.lock", "dvc_plots", "build", "dist"}
-NOT_COPIED_ANYWHERE = {"__pycache__", ".pytest_cache", ".hypothesis", ".grimp_cache", ".import_linter_cache"}
-NOT_COPIED_BELOW = {".dvc": {"cache", "tmp"}, "benchmarks": {"_work"}}
-
-
-def copy_project(target: Path) -> Path:
-    """This working tree (committed or not) without its environment and outputs, as a fresh git repository."""
-    def ignore(folder: str, names: list[str]) -> set[str]:
-        where = Path(folder).relative_to(REPO).as_posix()
-        skipped = NOT_COPIED if where == "." else NOT_COPIED_BELOW.get(where, set())
-        return {n for n in names if n in skipped or n in NOT_COPIED_ANYWHERE or n.endswith(".egg-info")}
-
-    shutil.copytree(REPO, target, ignore=ignore)
-    for args in (["init", "-q"], ["config", "user.email", "star@example.invalid"], ["config", "user.name", "star"],
-                 ["add", "-A"], ["commit", "-qm", "snapshot"]):
-        subprocess.run(["git", *args], cwd=target, check=True, capture_output=True)
-    return target
-
-
-def project_environment(root: Path) -> dict[str, str]:
-    """The copy's own code first, its own MLflow store, no tracking or Prefect settings of this session."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_", "STAR_"))}
-    env.update(PYTHONPATH=str(root), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
-    return env
 
 
 @pytest.mark.slow

@@ -69,8 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ood = subparsers.add_parser("ood-qa", help="out-of-domain QA (EM/F1) of a checkpoint and its alignment tax")
     _checkpoint_arguments(ood, "params/ood_qa.yaml")
     ood.add_argument("--qa", default="data/qa", help="directory written by `star qa build`")
-    ood.add_argument("--out", required=True, help="metrics JSON to write (metrics/ood_qa/<name>.json)")
-    ood.add_argument("--base-metrics", help="the base checkpoint's OOD metrics (default: base.json beside --out)")
+    ood.add_argument("--out", required=True, help="metrics JSON to write (metrics/ood_qa/<name>.json); the "
+                     "per-question results go beside it (<name>.questions.jsonl)")
+    ood.add_argument("--base-metrics", help="the base checkpoint's OOD metrics, whose per-question results beside it "
+                     "the alignment tax is paired with (default: base.json beside --out)")
     ood.add_argument("--records", help="also write every QA trajectory to this JSONL")
     ood.set_defaults(handler=run_ood_qa)
 
@@ -119,7 +121,7 @@ def run_qa_build(args: argparse.Namespace) -> int:
         metrics = build_qa_data(params, args.out)
         metrics["wall_time_s"] = time.perf_counter() - started
         write_json(metrics, args.metrics)
-        run.log_metrics(metrics)
+        run.log_stats(metrics)
         run.log_artifact(args.metrics)
     print(f"wrote QA data to {args.out}/ ({metrics['passages']} passages, "
           f"{sum(metrics['questions'].values())} questions) and metrics to {args.metrics}")
@@ -171,32 +173,49 @@ def run_rollout(args: argparse.Namespace) -> int:
 
 def run_ood_qa(args: argparse.Namespace) -> int:
     from components import tracking
-    from components.evaluation.ood_qa import OODQAParams, evaluate_checkpoint, read_base_metrics
+    from components.evaluation.ood_qa import OODQAParams, evaluate_checkpoint
+    from components.qa.evaluate import questions_path, read_question_results
     from components.evaluation.validate import write_jsonl
     from components.params import load_section
 
     params = load_section(args.params, "ood_qa", OODQAParams)
     base_path = Path(args.base_metrics) if args.base_metrics else Path(args.out).parent / "base.json"
-    base = None if args.name == "base" else read_base_metrics(base_path)
+    base = None if args.name == "base" else read_question_results(questions_path(base_path))
     if args.base_metrics and base is None:
-        raise UserError(f"--base-metrics {base_path} does not exist (run `star ood-qa --name base` first)")
+        raise UserError(f"the base's per-question results {questions_path(base_path)} do not exist (run "
+                        f"`star ood-qa --name base --out {base_path}` first)")
     started = time.perf_counter()
     with tracking.stage_run(f"ood_qa@{args.name}", params=params,
                                  tags={"star.checkpoint": args.name}) as run:
         records: list[dict] = []
-        metrics = evaluate_checkpoint(args.model, params, args.qa, base_metrics=base, records_out=records)
+        metrics, questions = evaluate_checkpoint(args.model, params, args.qa, base_questions=base,
+                                                 records_out=records)
         metrics.update({"checkpoint": args.name, "model": str(args.model),
                         "wall_time_s": time.perf_counter() - started})
         write_json(metrics, args.out)
+        write_jsonl(questions, questions_path(args.out))
         if args.records:
             write_jsonl(records, args.records)
         run.log_metrics(metrics)
         run.log_artifact(args.out)
-    tax = (f"; alignment tax {metrics['alignment_tax_abs']:+.3f} EM vs base" if "alignment_tax_abs" in metrics
-           else "" if args.name == "base" else f"; no alignment tax ({base_path} not found)")
-    print(f"{args.name}: EM {metrics['em']:.3f}, F1 {metrics['f1']:.3f} over {metrics['n']} questions{tax}")
-    print(f"wrote {args.out}")
+        run.log_artifact(questions_path(args.out))
+    base_questions = questions_path(base_path)
+    print(f"{args.name} ({params.mode}): EM {metrics['em']:.3f} {_interval(metrics.get('em_ci95'))}, F1 "
+          f"{metrics['f1']:.3f} {_interval(metrics.get('f1_ci95'))} over {metrics['n']} questions"
+          f"{_tax_line(metrics, args.name, base_questions)}")
+    print(f"wrote {args.out} and {questions_path(args.out)}")
     return 0
+
+
+def _interval(bounds: list[float] | None) -> str:
+    return f"[{bounds[0]:.3f}, {bounds[1]:.3f}]" if bounds else ""
+
+
+def _tax_line(metrics: dict, name: str, base_questions: Path) -> str:
+    if "alignment_tax_abs" in metrics:
+        return (f"; alignment tax {metrics['alignment_tax_abs']:+.3f} EM {_interval(metrics['alignment_tax_ci95'])} "
+                f"vs base, paired over {metrics['alignment_tax_n']} questions")
+    return "" if name == "base" else f"; no alignment tax ({base_questions} not found)"
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -292,7 +311,7 @@ def run_tasks(args: argparse.Namespace) -> int:
     with tracking.stage_run("toolstar_tasks", params=params) as run:
         metrics = build_tasks(params, args.qa, out)
         write_json(metrics, metrics_path)
-        run.log_metrics(metrics)
+        run.log_stats(metrics)
         run.log_artifact(metrics_path)
     print(f"wrote {out}/sft.jsonl ({metrics['sft']['n']} tasks) and {out}/val.jsonl "
           f"({metrics['val']['n']} tasks); metrics in {metrics_path}")
@@ -330,7 +349,7 @@ def run_teach(args: argparse.Namespace) -> int:
         write_jsonl(train, args.out / "train.jsonl")
         write_jsonl(evaluation, args.out / "eval.jsonl")
         write_json(metrics, args.metrics)
-        run.log_metrics(metrics)
+        run.log_stats(metrics)
         run.log_artifact(args.metrics)
     if not metrics["kept"]:
         print("warning: the expert solved no task; the toolstar_sft stage will have no data", file=sys.stderr)

@@ -1,12 +1,17 @@
-"""Out-of-domain QA: build the offline QA data, evaluate a checkpoint on QA with search, and the alignment tax.
+"""Out-of-domain QA: build the offline QA data, evaluate a checkpoint on QA, and the alignment tax.
 
 `build_qa_data` writes the encyclopedia corpus and its question sets (and checks them with the QA expert);
-`evaluate_checkpoint` runs a checkpoint through the shared agent loop on every configured dataset and scores EM/F1;
-`alignment_tax` compares a trained checkpoint's scores with the base model's.
+`evaluate_checkpoint` runs a checkpoint through the shared agent loop on every configured dataset, in mode `search`
+(the model calls the search tool) or `in_context` (the question's retrieved passages are in the conversation and
+the model answers in one turn), and scores EM/F1 per question; `alignment_tax` pairs a trained checkpoint's
+per-question scores with the base model's, question by question.
+
+Intervals (95%): the EM of one dataset is a rate, with its Wilson interval; every other number (F1, the averages over
+datasets, the tax) is a mean of per-question values, with a percentile bootstrap over questions (resampled within
+each dataset, `BOOTSTRAP_RESAMPLES` draws, seed `BOOTSTRAP_SEED`, so a file's intervals are reproducible).
 """
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -17,12 +22,14 @@ from pydantic import Field
 from components.agent.loop import Limits
 from components.evaluation.policy import DecodingParams, LimitsParams, load_checkpoint_policy
 from components.errors import UserError
-from components.qa import corpus as qa_corpus
-from components.qa.tasks import dump_jsonl, load_hf_dataset, load_jsonl_dataset
-from components.qa.expert import QAExpertPolicy
-from components.qa.evaluate import alignment_tax, run_qa
 from components.params import Params
+from components.qa import corpus as qa_corpus
+from components.qa.env import IN_CONTEXT_EXAMPLES
+from components.qa.evaluate import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, QAMode, alignment_tax, run_qa, with_tax
+from components.qa.expert import QAExpertPolicy
+from components.qa.tasks import dump_jsonl, load_hf_dataset, load_jsonl_dataset
 from components.retrieval import BM25Retriever, RetrieverParams, load_corpus, make_retriever
+from components.stats import bootstrap_interval, rate_interval
 
 
 class CorpusParams(Params):
@@ -47,6 +54,8 @@ class DatasetParams(Params):
 class OODQAParams(Params):
     """params/ood_qa.yaml, section `ood_qa`."""
 
+    mode: QAMode = "search"  # search: the model calls the search tool; in_context: the passages are in the prompt
+    in_context_examples: int = Field(len(IN_CONTEXT_EXAMPLES), ge=0, le=len(IN_CONTEXT_EXAMPLES))
     corpus: CorpusParams = CorpusParams()
     questions_per_dataset: int = Field(100, ge=1)
     datasets: list[DatasetParams] = [DatasetParams(name="single_hop"), DatasetParams(name="multi_hop")]
@@ -90,7 +99,8 @@ def build_qa_data(params: OODQAParams, out_dir: str | Path) -> dict:
         f"retrieval_recall_at_{params.retriever.top_k}": {
             d: retrieval_recall(q, retriever) for d, q in evaluation.questions.items()},
     }
-    expert_scores = evaluate_policy(QAExpertPolicy(), evaluation.questions, retriever, params.limits.to_limits())
+    expert_scores = summarize(evaluate_policy(QAExpertPolicy(), evaluation.questions, retriever,
+                                              params.limits.to_limits()))
     metrics["expert_em"] = {d: s["em"] for d, s in expert_scores["per_dataset"].items()}
     return metrics
 
@@ -115,69 +125,99 @@ def load_datasets(params: OODQAParams, qa_dir: str | Path) -> dict[str, list[dic
     return datasets
 
 
-def summarize_records(records: list[dict]) -> dict:
-    """EM, F1, answer rate, tool calls and terminations of one dataset's trajectories."""
-    n = len(records)
+def question_result(record: dict) -> dict:
+    """One line of the per-question results (`questions_path`): a trajectory record reduced to what pairing by
+    question id, the summaries and the alignment tax read."""
+    result = {"id": str(record["id"]), "dataset": record["dataset"], "mode": record["mode"],
+              "em": record["evaluation"]["em"], "f1": record["evaluation"]["f1"], "answer": record["answer"],
+              "termination": record["termination"], "num_tool_calls": record["num_tool_calls"]}
+    if "answer_in_context" in record:
+        result["answer_in_context"] = record["answer_in_context"]
+    return result
+
+
+def _interval(values: dict[str, list[float]]) -> list[float]:
+    low, high = bootstrap_interval(values, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED)
+    return [round(low, 4), round(high, 4)]
+
+
+def summarize_questions(results: list[dict]) -> dict:
+    """EM and F1 with their 95% intervals, answer rate, tool calls and terminations of one dataset's per-question
+    results (and the share whose answer was in the context, in mode `in_context`)."""
+    n = len(results)
     if n == 0:
         return {"n": 0, "em": 0.0, "f1": 0.0, "answer_rate": 0.0, "mean_tool_calls": 0.0, "termination": {}}
-    return {
+    em = sum(r["em"] for r in results) / n
+    summary = {
         "n": n,
-        "em": sum(r["evaluation"]["em"] for r in records) / n,
-        "f1": sum(r["evaluation"]["f1"] for r in records) / n,
-        "answer_rate": sum(r["termination"] == "answer" for r in records) / n,
-        "mean_tool_calls": sum(r["num_tool_calls"] for r in records) / n,
-        "termination": dict(Counter(r["termination"] for r in records)),
+        "em": em,
+        "em_ci95": rate_interval(em, n),
+        "f1": sum(r["f1"] for r in results) / n,
+        "f1_ci95": _interval({"": [r["f1"] for r in results]}),
+        "answer_rate": sum(r["termination"] == "answer" for r in results) / n,
+        "mean_tool_calls": sum(r["num_tool_calls"] for r in results) / n,
+        "termination": dict(Counter(r["termination"] for r in results)),
     }
+    if all("answer_in_context" in r for r in results):
+        summary["answer_in_context"] = sum(r["answer_in_context"] for r in results) / n
+    return summary
 
 
-def summarize_datasets(per_dataset: dict[str, dict]) -> dict:
-    """Averages over datasets (each dataset weighs the same, as in the paper's "Avg." column)."""
+def by_dataset(results: list[dict]) -> dict[str, list[dict]]:
+    """Per-question results grouped by dataset, in order of first appearance."""
+    groups: dict[str, list[dict]] = {}
+    for result in results:
+        groups.setdefault(result["dataset"], []).append(result)
+    return groups
+
+
+def summarize_datasets(per_dataset: dict[str, dict], results: list[dict] | None = None) -> dict:
+    """Averages over datasets (each dataset weighs the same, as in the paper's "Avg." column); with the per-question
+    `results` behind them, also their 95% bootstrap intervals (`em_ci95`, `f1_ci95`)."""
     scored = [s for s in per_dataset.values() if s["n"]]
-    return {
+    summary = {
         "em": statistics.fmean(s["em"] for s in scored) if scored else 0.0,
         "f1": statistics.fmean(s["f1"] for s in scored) if scored else 0.0,
         "n": sum(s["n"] for s in scored),
-        "per_dataset": per_dataset,
     }
+    if results:
+        groups = by_dataset(results)
+        summary["em_ci95"] = _interval({d: [r["em"] for r in group] for d, group in groups.items()})
+        summary["f1_ci95"] = _interval({d: [r["f1"] for r in group] for d, group in groups.items()})
+    return {**summary, "per_dataset": per_dataset}
+
+
+def summarize(results: list[dict]) -> dict:
+    """The OOD metrics of per-question results: per dataset, and averaged over datasets."""
+    return summarize_datasets({d: summarize_questions(group) for d, group in by_dataset(results).items()}, results)
 
 
 def evaluate_policy(policy, datasets: dict[str, list[dict]], retriever, limits: Limits, tokenizer=None,
-                    records_out: list | None = None) -> dict:
-    """Run `policy` on every dataset and summarise; trajectories are appended to `records_out` when given."""
-    per_dataset = {}
-    for name, questions in datasets.items():
-        records = run_qa(questions, retriever, policy, limits, tokenizer=tokenizer, progress=True)
-        per_dataset[name] = summarize_records(records)
+                    records_out: list | None = None, mode: QAMode = "search",
+                    examples: int = len(IN_CONTEXT_EXAMPLES)) -> list[dict]:
+    """Run `policy` on every dataset in `mode` and return the per-question results; trajectories are appended to
+    `records_out` when given."""
+    results = []
+    for questions in datasets.values():
+        records = run_qa(questions, retriever, policy, limits, tokenizer=tokenizer, progress=True, mode=mode,
+                         examples=examples)
+        results += [question_result(record) for record in records]
         if records_out is not None:
             records_out.extend(records)
-    return summarize_datasets(per_dataset)
-
-
-def read_base_metrics(path: str | Path) -> dict | None:
-    """The base checkpoint's OOD metrics, or None when that file does not exist (yet); a clear error when the file is
-    something else (by default the base's file is looked for beside `--out`, where another stage's `base.json`
-    may sit)."""
-    path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        metrics = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise UserError(f"{path} is not JSON ({error}): re-run `star ood-qa --name base`, or name the base's OOD "
-                        "metrics with --base-metrics") from None
-    if not isinstance(metrics, dict) or not {"em", "f1"} <= set(metrics):
-        raise UserError(f"{path} is not an OOD QA metrics file (no `em`/`f1`): write the checkpoint's metrics to "
-                        "its own folder (metrics/ood_qa/<name>.json) or name the base's with --base-metrics")
-    return metrics
+    return results
 
 
 def evaluate_checkpoint(model: str | Path, params: OODQAParams, qa_dir: str | Path,
-                        base_metrics: dict | None = None, records_out: list | None = None) -> dict:
-    """OOD QA metrics of a checkpoint: `em`, `f1` (averages over datasets), `per_dataset`, and the alignment tax
-    against `base_metrics` when given (the contract of `metrics/ood_qa/<checkpoint>.json`)."""
+                        base_questions: list[dict] | None = None,
+                        records_out: list | None = None) -> tuple[dict, list[dict]]:
+    """(metrics, per-question results) of a checkpoint. The metrics (the contract of
+    `metrics/ood_qa/<checkpoint>.json`): `mode`, `em`, `f1` (averages over datasets) with their intervals,
+    `per_dataset`, and the alignment tax paired with `base_questions` (the base's per-question results) when given."""
     policy, tokenizer = load_checkpoint_policy(model, params.decoding, params.limits.max_context_tokens)
-    metrics = evaluate_policy(policy, load_datasets(params, qa_dir), make_retriever(params.retriever, qa_dir),
-                              params.limits.to_limits(), tokenizer=tokenizer, records_out=records_out)
-    if base_metrics is not None:
-        metrics.update(alignment_tax(base_metrics, metrics))
-    return metrics
+    results = evaluate_policy(policy, load_datasets(params, qa_dir), make_retriever(params.retriever, qa_dir),
+                              params.limits.to_limits(), tokenizer=tokenizer, records_out=records_out,
+                              mode=params.mode, examples=params.in_context_examples)
+    metrics = {"mode": params.mode, **summarize(results)}
+    if base_questions is not None:
+        metrics = with_tax(metrics, alignment_tax(base_questions, results))
+    return metrics, results

@@ -1,8 +1,10 @@
 """The report stage: read every run's metrics and write a Markdown + HTML summary with PNG figures.
 
-Inputs (whatever exists): `metrics/validate/<checkpoint>.json`, `metrics/ood_qa/<checkpoint>.json`,
-`metrics/toolstar/<checkpoint>.json`, the stage summaries `metrics/*.json`, and `plots/rl/rewards.csv`. Tables:
-base/SFT/RL in domain (both evaluator modes) and out of domain, the alignment tax next to the in-domain gain, the
+Inputs (whatever exists): `metrics/validate/<checkpoint>.json`, `metrics/ood_qa/<checkpoint>.json` (and the
+per-question results beside it), `metrics/toolstar/<checkpoint>.json`, the stage summaries `metrics/*.json`, and
+`plots/rl/rewards.csv`. Tables: base/SFT/RL in domain (both evaluator modes) and out of domain (with the QA mode
+that made each number and 95% intervals), the alignment tax per checkpoint and dataset with its paired interval,
+the alignment tax next to the in-domain gain, the
 Tool-Star branch's tool-integrated reasoning per checkpoint and task kind or dataset (only when metrics/toolstar
 exists; also `toolstar.csv`); figures: reward curves, per-check pass rates, and the in-domain vs out-of-domain
 scatter.
@@ -19,8 +21,8 @@ from typing import Literal
 from pydantic import Field
 
 from components.evaluation import plots
-from components.qa.evaluate import alignment_tax
 from components.params import Params
+from components.qa.evaluate import alignment_tax, questions_path, read_question_results, with_tax
 
 IN_DOMAIN_COLUMNS = [("delivery_rate", "delivery"), ("commonsense_micro", "CS micro"),
                      ("commonsense_macro", "CS macro"), ("hard_micro", "hard micro"), ("hard_macro", "hard macro"),
@@ -101,16 +103,43 @@ def in_domain_table(validate: dict[str, dict], order: list[str], mode: str) -> T
                  note="grounding = share of plan entities (names, flights) that the agent read in a tool result.")
 
 
-def with_alignment_tax(ood: dict[str, dict]) -> dict[str, dict]:
-    """Each checkpoint's OOD metrics with the alignment tax filled in from `base` where the stage could not
-    compute it (its ood_qa stage ran before the base's; DVC does not order foreach items)."""
-    base = ood.get("base")
-    return {name: m if name == "base" or base is None or "alignment_tax_abs" in m else {**m, **alignment_tax(base, m)}
+def with_alignment_tax(ood: dict[str, dict], questions: dict[str, list[dict]]) -> dict[str, dict]:
+    """Each checkpoint's OOD metrics with the paired alignment tax filled in from the base's and its per-question
+    results (`questions`, by checkpoint) where the stage could not compute it (its base's results did not exist yet
+    when it ran)."""
+    base = questions.get("base")
+    return {name: m if name == "base" or base is None or name not in questions or "alignment_tax_abs" in m
+            else with_tax(m, alignment_tax(base, questions[name]))
             for name, m in ood.items()}
 
 
+def read_ood_questions(ood_dir: Path, names) -> dict[str, list[dict]]:
+    """The per-question results beside each checkpoint's OOD metrics, for those that have them."""
+    results = {name: read_question_results(questions_path(ood_dir / f"{name}.json")) for name in names}
+    return {name: r for name, r in results.items() if r is not None}
+
+
+def with_interval(value, bounds) -> str:
+    """A fraction as a percentage with its 95% interval ('42.0% (35.1-49.2)'); the value alone without one."""
+    if value is None or not bounds:
+        return pct(value)
+    return f"{pct(value)} ({100 * bounds[0]:.1f}-{100 * bounds[1]:.1f})"
+
+
+def points_with_interval(value, bounds) -> str:
+    """A difference in percentage points with its 95% interval ('+7.0 pp (+2.0 to +12.0)')."""
+    if value is None or not bounds:
+        return signed_points(value)
+    return f"{signed_points(value)} ({100 * bounds[0]:+.1f} to {100 * bounds[1]:+.1f})"
+
+
+def ood_mode(metrics: dict) -> str:
+    """The QA mode that made a checkpoint's OOD numbers (files written before in-context mode existed: search)."""
+    return metrics.get("mode", "search")
+
+
 def ood_table(ood: dict[str, dict], order: list[str]) -> Table:
-    """EM per dataset, the averages, and the alignment tax per checkpoint."""
+    """EM per dataset and the averages with their 95% intervals, per checkpoint, with the mode that made them."""
     datasets = sorted({d for m in ood.values() for d in m.get("per_dataset", {})})
     rows = []
     for name in order:
@@ -118,12 +147,42 @@ def ood_table(ood: dict[str, dict], order: list[str]) -> Table:
             continue
         m = ood[name]
         per = m.get("per_dataset", {})
-        relative = m.get("alignment_tax_rel")
-        rows.append([name, *[pct(per.get(d, {}).get("em")) for d in datasets], pct(m.get("em")), pct(m.get("f1")),
-                     signed_points(m.get("alignment_tax_abs")), "-" if relative is None else f"{100 * relative:+.1f}%"])
-    return Table("Out of domain: QA with a search tool (exact match)",
-                 ["checkpoint", *[f"{d} EM" for d in datasets], "avg EM", "avg F1", "tax (abs)", "tax (rel)"], rows,
-                 note="Alignment tax = base score - checkpoint score on the EM average; positive = ability lost.")
+        in_context = [pct(per[d]["answer_in_context"]) for d in datasets if "answer_in_context" in per.get(d, {})]
+        rows.append([name, ood_mode(m), str(m.get("n", "-")),
+                     *[with_interval(per.get(d, {}).get("em"), per.get(d, {}).get("em_ci95")) for d in datasets],
+                     with_interval(m.get("em"), m.get("em_ci95")), with_interval(m.get("f1"), m.get("f1_ci95")),
+                     " / ".join(in_context) or "-"])
+    return Table("Out of domain: QA (exact match, 95% intervals)",
+                 ["checkpoint", "mode", "n", *[f"{d} EM" for d in datasets], "avg EM", "avg F1",
+                  f"answer in passages ({' / '.join(datasets)})"], rows,
+                 note="mode search: the model looks the facts up with the search tool; mode in_context: the "
+                      "question's retrieved passages are in the conversation and the model answers in one turn, "
+                      "and 'answer in passages' is the share of questions whose answer they hold (EM's ceiling). "
+                      "Intervals: Wilson for one dataset's EM, a percentile bootstrap over questions otherwise.")
+
+
+def alignment_tax_table(ood: dict[str, dict], order: list[str]) -> Table:
+    """The alignment tax of every trained checkpoint, averaged and per dataset, with its paired 95% interval."""
+    rows = []
+    for name in order:
+        m = ood.get(name, {})
+        if name == "base" or "alignment_tax_abs" not in m:
+            continue
+        groups = [("average", m), *sorted(m.get("per_dataset", {}).items())]
+        for label, group in groups:
+            if "alignment_tax_abs" not in group:
+                continue
+            relative = group.get("alignment_tax_rel")
+            rows.append([name, ood_mode(m), label, str(group.get("alignment_tax_n", group.get("n", "-"))),
+                         pct(group.get("base_em")),
+                         points_with_interval(group["alignment_tax_abs"], group.get("alignment_tax_ci95")),
+                         "-" if relative is None else f"{100 * relative:+.1f}%",
+                         points_with_interval(group.get("alignment_tax_f1_abs"), group.get("alignment_tax_f1_ci95"))])
+    return Table("Alignment tax: base - checkpoint on the same questions, paired by question",
+                 ["checkpoint", "mode", "dataset", "n", "base EM", "tax EM (95% CI)", "tax EM (rel)",
+                  "tax F1 (95% CI)"], rows,
+                 note="Positive = ability lost. The interval is a percentile bootstrap of the per-question "
+                      "differences (resampled within each dataset, seeded); the average weighs every dataset the same.")
 
 
 def alignment_points(validate: dict[str, dict], ood: dict[str, dict], order: list[str], mode: str) -> list[dict]:
@@ -140,10 +199,11 @@ def tax_table(points: list[dict], ood: dict[str, dict], mode: str) -> Table:
         if p["label"] == "base":
             continue
         gain = p["in_domain"] - base["in_domain"] if base else None
-        tax = ood[p["label"]].get("alignment_tax_abs")
-        rows.append([p["label"], pct(p["in_domain"]), signed_points(gain), pct(p["ood"]), signed_points(tax)])
+        m = ood[p["label"]]
+        rows.append([p["label"], pct(p["in_domain"]), signed_points(gain), ood_mode(m), pct(p["ood"]),
+                     points_with_interval(m.get("alignment_tax_abs"), m.get("alignment_tax_ci95"))])
     return Table(f"In-domain gain vs alignment tax ({mode} final pass; OOD EM average)",
-                 ["checkpoint", "final pass", "gain vs base", "OOD EM", "alignment tax"], rows)
+                 ["checkpoint", "final pass", "gain vs base", "OOD mode", "OOD EM", "alignment tax (95% CI)"], rows)
 
 
 def rl_eval_table(rows: list[dict]) -> Table:
@@ -313,7 +373,8 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
     metrics_dir, plots_dir, out_dir = Path(metrics_dir), Path(plots_dir), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     validate = read_json_dir(metrics_dir / "validate")
-    ood = with_alignment_tax(read_json_dir(metrics_dir / "ood_qa"))
+    ood = read_json_dir(metrics_dir / "ood_qa")
+    ood = with_alignment_tax(ood, read_ood_questions(metrics_dir / "ood_qa", ood))
     toolstar = read_json_dir(metrics_dir / "toolstar")
     stages = read_json_dir(metrics_dir)
     rewards = read_csv_rows(plots_dir / "rl" / "rewards.csv")
@@ -325,6 +386,7 @@ def build_report(metrics_dir: str | Path, plots_dir: str | Path, out_dir: str | 
     for mode in (params.mode, *[m for m in ("strict", "official") if m != params.mode]):
         report.tables.append(in_domain_table(validate, order, mode))
     report.tables.append(ood_table(ood, order))
+    report.tables.append(alignment_tax_table(ood, order))
     report.tables.append(tax_table(points, ood, params.mode))
     toolstar_table_rows = toolstar_rows(toolstar, order_checkpoints(toolstar, params.checkpoint_order))
     if toolstar_table_rows:

@@ -30,7 +30,7 @@ def base_model(args: argparse.Namespace) -> int:
     with tracking.stage_run("base_model", params=params) as run:
         summary = write_base(params, args.out)
         write_json(summary, args.metrics)
-        run.log_metrics(numeric(summary))
+        run.log_stats(summary)
         run.set_tags({f"star.base.{key}": str(summary[key]) for key in ("source", "sha256") if summary.get(key)})
         run.log_artifact(args.metrics)
     print(f"base model ({summary['kind']}, {summary['parameters']:,} parameters, from {summary['source']}) in "
@@ -98,17 +98,6 @@ def _product(shape) -> int:
     for size in shape:
         result *= size
     return result
-
-
-def numeric(summary: dict, prefix: str = "") -> dict:
-    """The numeric leaves of a nested summary as dotted keys (for MLflow)."""
-    flat = {}
-    for key, value in summary.items():
-        if isinstance(value, dict):
-            flat.update(numeric(value, f"{prefix}{key}."))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def write_json(data: dict, path: Path) -> Path:

@@ -105,6 +105,12 @@ def show_ui(args: argparse.Namespace) -> int:
     for name, command in commands.items():
         print(f"{name:<8} {urls[name]:<24} {redact_url(shlex.join(command))}")  # a store URI may hold a password
     print(f"then: export PREFECT_API_URL={urls['prefect']}/api")
+    if "mlflow" in commands:
+        from components import tracking
+
+        name = tracking.experiment_name(root)
+        print(f"experiment '{name}' in the model-training view: "
+              f"{tracking.experiment_link(urls['mlflow'], tracking.existing_experiment_id(name))}")
     if not args.start:
         return 0
     for name in commands:

@@ -77,7 +77,7 @@ def queries_handler(args: argparse.Namespace) -> int:
         for name, queries in splits.items():
             dump_queries(queries, args.out / f"{name}.jsonl")
         write_json(summary, args.metrics)
-        run.log_metrics(summary)
+        run.log_stats(summary)
         run.log_artifact(args.metrics)
     sizes = ", ".join(f"{k} {v}" for k, v in summary["sizes"].items())
     print(f"wrote {args.out}/{{sft,rl,val}}.jsonl ({sizes}; {summary['attempts']} skeletons tried); "
@@ -111,7 +111,7 @@ def teach_handler(args: argparse.Namespace) -> int:
     with tracking.stage_run("trajectories", params=params) as run:
         summary = teach(world, queries, params, args.out)
         write_json(summary, args.metrics)
-        run.log_metrics(summary)
+        run.log_stats(summary)
         run.log_artifact(args.metrics)
     print(f"wrote {summary['n']} trajectories to {args.out} ({summary['generated']} new, {summary['resumed']} "
           f"resumed; strict final pass {summary['strict_final_pass']:.1%}); metrics in {args.metrics}")
@@ -137,7 +137,7 @@ def filter_handler(args: argparse.Namespace) -> int:
         write_jsonl(evaluation, args.out / "eval.jsonl")
         stats.update({"train": len(train), "eval": len(evaluation), "token_counter": counter_name})
         write_json(stats, args.metrics)
-        run.log_metrics(stats)
+        run.log_stats(stats)
         run.log_artifact(args.metrics)
     if not kept:
         print("warning: no trajectory passed the filter; SFT will have no data", file=sys.stderr)

@@ -71,6 +71,9 @@ def sft(args: argparse.Namespace) -> int:
         run_sft(model, tokenizer, train, evaluation, params, args.out, progress=False)
         return 0
     with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model)}) as run:
+        run.log_input("train", args.data / "train.jsonl")
+        if eval_path.exists():
+            run.log_input("eval", eval_path, context="evaluation")
         result = run_sft(model, tokenizer, train, evaluation, params, args.out, on_log=run.log_metrics,
                          manifest={"stage": args.section, "base": str(args.model),
                                    "parameters": count_parameters(model)})
@@ -82,8 +85,7 @@ def sft(args: argparse.Namespace) -> int:
         args.metrics.parent.mkdir(parents=True, exist_ok=True)
         args.metrics.write_text(json.dumps(summary, indent=2) + "\n")
         write_loss_csv(result.history, args.plots)
-        run.log_metrics({f"summary.{k}": v for k, v in summary.items()
-                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        run.log_stats(summary)
         run.log_artifact(args.metrics)
         run.log_artifact(args.plots)
         run.log_model(args.out, registered_name=registered_name(args.section))
@@ -176,9 +178,12 @@ def rl(args: argparse.Namespace) -> int:
     with tracking.stage_run(args.section, params=params, tags={"star.base_model": str(args.model),
                                                        "star.rl.algorithm": params.algorithm,
                                                        "star.rl.env": params.env.kind}) as run:
+        for name, path, context in (("queries", paths.queries, "training"),
+                                    ("eval_queries", paths.eval_queries, "evaluation")):
+            if path is not None and Path(path).is_file():
+                run.log_input(name, path, context=context)
         summary = train(params, paths, log=run.log_metrics, tag=run.set_tags, run_id=run.run_id)
-        run.log_metrics({f"summary.{k}": v for k, v in summary.items()
-                         if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        run.log_stats(summary)
         run.log_artifact(paths.metrics)
         run.log_artifact(paths.rewards_csv)
         if paths.eval_csv.exists():

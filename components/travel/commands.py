@@ -86,7 +86,7 @@ def build_handler(args: argparse.Namespace) -> int:
     params = _load_world_params(args.params)
     with tracking.stage_run("world", params=params) as run:
         manifest = build_world(params, args.out)
-        run.log_metrics({f"rows/{name}": info["rows"] for name, info in manifest["tables"].items()})
+        run.log_stats({f"rows.{name}": info["rows"] for name, info in manifest["tables"].items()})
         run.log_artifact(str(Path(args.out) / "manifest.json"))
     _report(manifest, args.out)
     return 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from components.evaluation.ood_qa import alignment_tax, summarize, with_tax
 from components.travel.tasks import Query
 
 COMMONSENSE = ["is_valid_information_in_current_city", "is_valid_information_in_sandbox",
@@ -23,6 +24,18 @@ def mode_metrics(level: float) -> dict:
             "hard_micro": 0.7 * level, "hard_macro": 0.4 * level, "final_pass": 0.3 * level, "per_check": per_check}
 
 
+def question_results(dataset: str, right: int, n: int = 100, mode: str = "in_context") -> list[dict]:
+    """Per-question OOD QA results of one dataset: the first `right` of `n` questions answered exactly (F1 1), the
+    next five half right (F1 0.5), the rest wrong; question ids are the same for every checkpoint. The passages held
+    the answer of the first `right + 5`."""
+    def f1(i: int) -> float:
+        return 1.0 if i < right else 0.5 if i < right + 5 else 0.0
+
+    return [{"id": f"{dataset}-{i}", "dataset": dataset, "mode": mode, "em": float(i < right), "f1": f1(i),
+             "answer": "x", "termination": "answer", "num_tool_calls": 0, "answer_in_context": i < right + 5}
+            for i in range(n)]
+
+
 def _easy_queries(world, n: int = 2) -> list[Query]:
     """Easy 3-day trips between cities of the tiny world."""
     cities = world.cities
@@ -33,6 +46,12 @@ def _easy_queries(world, n: int = 2) -> list[Query]:
                   query=f"Plan a 3-day trip from {cities[i]} to {cities[i + 4]} from March 5th to 7th, 2022, "
                         "for one person with a budget of $3,000.")
             for i in range(n)]
+
+
+@pytest.fixture
+def make_question_results():
+    """`make_question_results(dataset, right, n=100, mode="in_context")`: per-question OOD QA results."""
+    return question_results
 
 
 @pytest.fixture
@@ -48,16 +67,19 @@ def metrics_tree(tmp_path: Path) -> tuple[Path, Path]:
     (metrics / "validate").mkdir(parents=True)
     (metrics / "ood_qa").mkdir()
     (plots / "rl").mkdir(parents=True)
+    questions = {}
     for name, level, em in [("base", 0.0, 0.42), ("sft", 0.6, 0.35), ("rl", 0.9, 0.31)]:
         (metrics / "validate" / f"{name}.json").write_text(json.dumps(
             {"n": 40, "strict": mode_metrics(level), "official": mode_metrics(min(1.0, level * 1.1)),
              "grounding": {"mean": 0.9 * level, "plans_with_entities": 40}}))
-        ood = {"em": em, "f1": em + 0.05, "n": 200,
-               "per_dataset": {"single_hop": {"n": 100, "em": em + 0.1, "f1": em + 0.15},
-                               "multi_hop": {"n": 100, "em": em - 0.1, "f1": em - 0.05}}}
+        questions[name] = [*question_results("single_hop", round(100 * (em + 0.1))),
+                           *question_results("multi_hop", round(100 * (em - 0.1)))]
+        ood = {"mode": "in_context", **summarize(questions[name])}
         if name != "base":
-            ood.update({"alignment_tax_abs": 0.42 - em, "alignment_tax_rel": (0.42 - em) / 0.42})
+            ood = with_tax(ood, alignment_tax(questions["base"], questions[name]))
         (metrics / "ood_qa" / f"{name}.json").write_text(json.dumps(ood))
+        (metrics / "ood_qa" / f"{name}.questions.jsonl").write_text(
+            "".join(json.dumps(line) + "\n" for line in questions[name]))
     (metrics / "sft.json").write_text(json.dumps({"final_train_loss": 0.812, "epochs": 3, "tokens_per_s": 6510.0}))
     with (plots / "rl" / "rewards.csv").open("w", newline="") as f:
         writer = csv.writer(f)

@@ -11,6 +11,7 @@ from components.cli import main
 from components.travel.tasks import dump_queries
 
 SMALL_OOD_QA = {"ood_qa": {
+    "mode": "in_context",
     "corpus": {"num_people": 30, "num_towns": 8, "num_organisations": 5},
     "questions_per_dataset": 3,
     "limits": {"max_turns": 3, "max_tokens_per_turn": 8},
@@ -53,13 +54,18 @@ def test_the_evaluation_stages_chain_from_qa_data_to_the_report(tiny_checkpoint,
         "single_hop": 3, "multi_hop": 3}
     assert sorted(p.name for p in qa.iterdir()) == ["corpus.jsonl", "questions"]  # no training data for QA
     sft_ood = json.loads((metrics / "ood_qa" / "sft.json").read_text())
-    assert sft_ood["alignment_tax_abs"] == 0.0  # the same weights under two names: no tax
+    assert sft_ood["mode"] == "in_context" and sft_ood["alignment_tax_n"] == 6
+    assert sft_ood["alignment_tax_abs"] == 0.0 and sft_ood["alignment_tax_ci95"] == [0.0, 0.0]  # the same weights
     assert "alignment_tax_abs" not in json.loads((metrics / "ood_qa" / "base.json").read_text())
+    base_questions = (metrics / "ood_qa" / "base.questions.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["id"] for line in base_questions) == [
+        *[f"multi_hop-{i}" for i in range(3)], *[f"single_hop-{i}" for i in range(3)]]
     validate = json.loads((metrics / "validate" / "sft.json").read_text())
     assert validate["n"] == 2 and {"strict", "official", "termination", "tool_calls", "by_level"} <= set(validate)
     assert len((tmp_path / "sft_submission.jsonl").read_text().splitlines()) == 2
     report = (tmp_path / "reports" / "report.md").read_text()
-    assert "| base |" in report and "| sft |" in report and (tmp_path / "reports" / "alignment_tax.png").exists()
+    assert "| base | in_context | 6 |" in report and "| sft | in_context | average | 6 |" in report
+    assert (tmp_path / "reports" / "alignment_tax.png").exists()
     out = capsys.readouterr().out
     assert "wrote" in out and "final_pass" in out
 

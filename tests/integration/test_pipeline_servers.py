@@ -49,7 +49,8 @@ def test_parent_run_children_metrics_artifacts_in_s3_and_no_secret(project, s3_e
     assert sorted(c.data.tags["dvc.stage"] for c in children) == ["train_a", "train_b"]
     for child in children:
         assert set(child.data.params) >= {"lr", "seconds"}
-        assert [m.step for m in client.get_metric_history(child.info.run_id, "loss")] == [0, 1, 2]
+        loss = f"{child.data.tags['dvc.stage']}/loss"  # named under its stage
+        assert [m.step for m in client.get_metric_history(child.info.run_id, loss)] == [0, 1, 2]
         assert [a.path for a in client.list_artifacts(child.info.run_id)] in (["a.json"], ["b.json"])
         assert child.info.artifact_uri.startswith("mlflow-artifacts:")
     assert client.list_artifacts(parent.info.run_id)[0].path == "stages.json"

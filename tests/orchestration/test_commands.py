@@ -66,6 +66,24 @@ def test_ui_prints_both_servers_on_localhost(tmp_path, monkeypatch, capsys):
     assert f"ui --backend-store-uri sqlite:///{tmp_path}/mlflow.db --host 127.0.0.1 --port 5000" in out
     assert "server start --host 127.0.0.1 --port 4200" in out
     assert "PREFECT_API_URL=http://127.0.0.1:4200/api" in out
+    # no store yet: the experiments list, in the model-training view (MLflow 3.17 opens GenAI's at first)
+    assert "in the model-training view: http://127.0.0.1:5000/#/experiments?workflowType=machine_learning" in out
+    assert not (tmp_path / "mlflow.db").exists()  # printing the link creates no store
+
+
+def test_ui_links_an_existing_experiment_in_the_model_training_view(tmp_path, monkeypatch, capsys):
+    from components import tracking
+
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    monkeypatch.chdir(tmp_path)
+    for name in ("MLFLOW_TRACKING_URI", "DVC_ROOT", "STAR_PRESET"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STAR_EXPERIMENT", "star-linked")
+    experiment_id = tracking.ensure_experiment("star-linked")
+    assert star("ui") == 0
+    assert (f"experiment 'star-linked' in the model-training view: "
+            f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs?workflowType=machine_learning"
+            in capsys.readouterr().out)
 
 
 def test_run_outside_a_project_says_where_to_run_it(tmp_path, monkeypatch):

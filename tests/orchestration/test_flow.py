@@ -58,7 +58,7 @@ def test_the_flow_runs_each_stage_once_in_order_with_gpu_stages_one_at_a_time(pr
     assert sorted(c.data.tags["dvc.stage"] for c in children) == ["train_a", "train_b"]  # the stages that log
     for child in children:
         assert child.data.params["lr"] in ("0.1", "0.2")
-        assert len(client.get_metric_history(child.info.run_id, "loss")) == 3
+        assert len(client.get_metric_history(child.info.run_id, f"{child.data.tags['dvc.stage']}/loss")) == 3
         assert child.data.tags["dvc.lock_hash"] == parent.data.tags[f"stage.{child.data.tags['dvc.stage']}.lock_hash"]
     cached_runs = {p.name for p in (project / ".dvc" / "cache" / "runs").glob("*/*")}
     for stage in ("prepare", "train_a", "train_b", "report"):

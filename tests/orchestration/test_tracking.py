@@ -1,6 +1,7 @@
 """components.tracking: where runs go, what they carry, and that secrets never reach MLflow."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -152,37 +153,73 @@ def test_an_existing_experiment_gets_the_tags_it_lacks_and_keeps_its_own_descrip
                                                      "mlflow.note.content": "my own words"}
 
 
+@pytest.fixture
+def checkpoint(small_model_factory, smol_tokenizer, sqlite_store) -> Path:
+    """A small Llama checkpoint saved as a training stage saves one."""
+    from components.models.checkpoints import save_checkpoint
+
+    model = small_model_factory(seed=0, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
+                                intermediate_size=64)
+    return save_checkpoint(model, smol_tokenizer, sqlite_store / "model", stage="sft")
+
+
 @pytest.mark.slow
-def test_stage_runs_nest_under_the_pipeline_run_with_params_metrics_artifacts_and_models(sqlite_store, monkeypatch):
+def test_stage_runs_nest_under_the_pipeline_run_with_params_metrics_datasets_and_models(sqlite_store, checkpoint,
+                                                                                        monkeypatch):
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    (sqlite_store / "model").mkdir()
-    (sqlite_store / "model" / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
     (sqlite_store / "loss.csv").write_text("step,loss\n0,1.0\n")
+    (sqlite_store / "train.jsonl").write_text('{"messages": []}\n{"messages": []}\n')
+    monkeypatch.chdir(sqlite_store)
     with tracking.pipeline_run("pipeline", params={"stages": ["sft"]}) as parent:
         monkeypatch.setenv(tracking.PARENT_RUN_ENV, parent.run_id)
         monkeypatch.setenv("DVC_STAGE", "sft")
         with tracking.stage_run("sft", params={"sft": {"epochs": 3, "api_key": "sk-param-secret"}}) as run:
+            run.log_input("train", sqlite_store / "train.jsonl")
             for step, loss in enumerate([1.0, 0.5, 0.25]):
                 run.log_metrics({"train": {"loss": loss}}, step=step)
+            run.log_stats({"train_examples": 2})
             run.log_artifact(sqlite_store / "loss.csv", artifact_path="plots")
-            version = run.log_model(sqlite_store / "model", registered_name="star-sft")
+            version = run.log_model(checkpoint, registered_name="star-sft")
         parent.record_stage("sft", "ran", lock_hash="f" * 64, seconds=2.5)
     client = MlflowClient()
     child = client.get_run(run.run_id)
     assert child.data.tags["mlflow.parentRunId"] == parent.run_id
     assert child.data.tags["dvc.stage"] == "sft" and child.data.tags["dvc.lock_hash"] == "f" * 64
     assert child.data.params == {"sft.epochs": "3", "sft.api_key": "***"}
-    assert [m.value for m in client.get_metric_history(run.run_id, "train.loss")] == [1.0, 0.5, 0.25]
-    assert [m.step for m in client.get_metric_history(run.run_id, "train.loss")] == [0, 1, 2]
-    assert {a.path for a in client.list_artifacts(run.run_id)} == {"plots", "model"}
+    assert [m.value for m in client.get_metric_history(run.run_id, "sft/train.loss")] == [1.0, 0.5, 0.25]
+    assert [m.step for m in client.get_metric_history(run.run_id, "sft/train.loss")] == [0, 1, 2]
+    assert not [key for key in child.data.metrics if not key.startswith(("sft/", "system/"))]
+    assert child.data.tags["stats.train_examples"] == "2"
+    [dataset] = child.inputs.dataset_inputs
+    digest = hashlib.md5((sqlite_store / "train.jsonl").read_bytes()).hexdigest()
+    assert (dataset.dataset.name, dataset.dataset.digest) == ("train", digest)
+    assert json.loads(dataset.dataset.source) == {"path": "train.jsonl"}
+    assert json.loads(dataset.dataset.profile) == {"rows": 2}
+
     assert version == 1
-    assert int(client.get_model_version_by_alias("star-sft", "candidate").version) == 1
+    registered = client.get_model_version_by_alias("star-sft", "candidate")
+    assert registered.run_id == run.run_id and registered.tags["star.dataset.train"] == digest
+    with tracking._process_tracking_uri(tracking.tracking_uri()):
+        pipe = mlflow.transformers.load_model("models:/star-sft@candidate")
+    assert type(pipe).__name__ == "TextGenerationPipeline" and pipe.model.num_parameters() > 0
+    [logged] = client.search_logged_models([child.info.experiment_id])
+    assert logged.source_run_id == run.run_id and logged.tags["star.stage"] == "sft"
+
     top = client.get_run(parent.run_id)
-    assert top.data.tags["stage.sft.status"] == "ran" and top.info.status == "FINISHED"
-    assert child.info.status == "FINISHED"
+    assert top.data.tags["stage.sft.status"] == "ran" and top.data.tags["stage.sft.seconds"] == "2.5"
+    assert top.info.status == "FINISHED" and child.info.status == "FINISHED"
     everything = json.dumps([child.data.params, child.data.tags, top.data.params, top.data.tags])
     assert "sk-param-secret" not in everything and "sk-env-secret-987654" not in everything
+
+
+def test_a_stage_metric_is_named_under_its_stage_and_checkpoint():
+    assert tracking.stage_metric_prefix("sft") == "sft/"
+    assert tracking.stage_metric_prefix("validate@sft") == "validate/sft/"
+    assert tracking.stage_metric_prefix("toolstar_eval@rl") == "toolstar/rl/"
+    assert tracking.prefixed("rl/", "reward/sum") == "rl/reward/sum"
+    assert tracking.prefixed("rl/", "rl/reward/sum") == "rl/reward/sum"
 
 
 def test_a_failing_stage_ends_its_run_failed(sqlite_store):
@@ -199,6 +236,12 @@ def test_log_model_refuses_a_folder_that_is_not_a_model(sqlite_store, tmp_path):
     with tracking.stage_run("sft") as run:
         with pytest.raises(FileNotFoundError, match="no config.json"):
             run.log_model(tmp_path)
+        (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama"}))
+        with pytest.raises(FileNotFoundError, match="holds no weights"):
+            run.log_model(tmp_path)
+        with pytest.raises(FileNotFoundError, match="is not a file"):
+            run.log_input("train", tmp_path / "absent.jsonl")
+    assert not run.offline  # a bad folder is the caller's error, not an MLflow outage
 
 
 def test_a_stage_run_leaves_the_process_tracking_uri_as_it_found_it(sqlite_store, monkeypatch, tmp_path):
@@ -306,8 +349,8 @@ def test_world_build_with_an_unreachable_tracking_server_finishes_in_seconds_and
     assert f"star mlflow replay {spool.relative_to(tmp_path)}" in warning
     records = tracking.read_spool(spool)
     assert records[0]["op"] == "start" and records[0]["run_id"] is None and records[0]["experiment"] == "outage"
-    assert [r["op"] for r in records[1:]] == ["params", "metrics", "artifact", "end"]
-    assert records[2]["metrics"]["rows/flights"] > 0 and records[-1]["status"] == "FINISHED"
+    assert [r["op"] for r in records[1:]] == ["params", "tags", "artifact", "end"]
+    assert int(records[2]["tags"]["stats.rows.flights"]) > 0 and records[-1]["status"] == "FINISHED"
     print(f"world build with an unreachable MLflow: {seconds:.1f} s")
     assert seconds < 45, seconds  # the stage's own work plus a few seconds of refused connections
 
@@ -336,7 +379,7 @@ def test_a_spool_replays_into_a_new_run_with_everything_the_stage_logged(sqlite_
     assert replayed.info.run_name == "sft" and replayed.info.status == "FINISHED"
     assert replayed.data.params == {"sft.epochs": "3", "sft.api_key": "***"}
     assert replayed.data.tags["star.note"] == "offline" and replayed.data.tags["star.replayed_from"] == spool.name
-    history = client.get_metric_history(replayed.info.run_id, "train.loss")
+    history = client.get_metric_history(replayed.info.run_id, "sft/train.loss")
     assert [(m.step, m.value) for m in history] == [(0, 1.0), (1, 0.5)]
     assert [a.path for a in client.list_artifacts(replayed.info.run_id, "plots")] == ["plots/curve.csv"]
     assert main(["mlflow", "replay"]) == 0 and "nothing to replay" in capsys.readouterr().out
@@ -415,7 +458,7 @@ def test_a_server_killed_mid_run_costs_one_warning_and_the_replay_completes_the_
     killable_mlflow_server.start()  # the server is back: the replay finishes the run it started
     assert main(["mlflow", "replay", str(spool)]) == 0
     client = MlflowClient(killable_mlflow_server.url)
-    assert [m.step for m in client.get_metric_history(run.run_id, "loss")] == [0, 1, 2, 3, 4, 5]
+    assert [m.step for m in client.get_metric_history(run.run_id, "rl/loss")] == [0, 1, 2, 3, 4, 5]
     assert client.get_run(run.run_id).info.status == "FINISHED"
     assert [a.path for a in client.list_artifacts(run.run_id)] == ["curve.csv"]
 
@@ -541,7 +584,7 @@ def test_a_training_stage_runs_on_when_system_metrics_cannot_start(sqlite_store,
         run.log_metrics({"loss": 1.0})
     assert "[sft] no system metrics: ImportError" in capsys.readouterr().err
     assert MlflowClient().get_run(run.run_id).info.status == "FINISHED"
-    assert MlflowClient().get_run(run.run_id).data.metrics == {"loss": 1.0}
+    assert MlflowClient().get_run(run.run_id).data.metrics == {"sft/loss": 1.0}
 
 
 def _fake_project(root: Path) -> None:
@@ -615,6 +658,30 @@ def test_the_run_of_a_plain_dvc_repro_carries_the_params_and_the_metrics_its_sta
     assert parent.data.params == EXPECTED_PIPELINE_PARAMS
     expected = {k: v for k, v in EXPECTED_CHECKPOINT_METRICS.items() if not k.startswith("validate/rl/")}
     assert parent.data.metrics == {**expected, "validate/rl/final_pass": 0.5}
+
+
+def test_a_sweep_variants_run_gets_the_params_and_metrics_of_its_experiments_copy(sqlite_store, monkeypatch):
+    """A sweep variant (flows/sweep.py) runs its stages in the copy `dvc exp run --temp` makes, with the variant's
+    overrides in its params files: each stage sums the copy up on the variant's run, so that the runs table compares
+    the variants by their knobs and headline metrics side by side."""
+    from mlflow.tracking import MlflowClient
+
+    copy = sqlite_store / ".dvc" / "tmp" / "exps" / "tmp1234"
+    _fake_project(copy)
+    rl_params = copy / "params" / "rl.yaml"
+    rl_params.write_text(rl_params.read_text().replace("kind: macro", "kind: sum"))  # the variant's override
+    monkeypatch.setenv("DVC_ROOT", str(copy))
+    with tracking.pipeline_run("sweep") as sweep:
+        with tracking.pipeline_run("reward-sum", params={"overrides": ["params/rl.yaml:rl.reward.kind=sum"]},
+                                   parent=sweep) as variant:
+            monkeypatch.setenv(tracking.PARENT_RUN_ENV, variant.run_id)
+            with tracking.stage_run("validate@rl"):
+                pass
+    run = MlflowClient().get_run(variant.run_id)
+    assert run.data.tags["mlflow.parentRunId"] == sweep.run_id
+    assert run.data.params == {**EXPECTED_PIPELINE_PARAMS, "rl.reward.kind": "sum",
+                               "overrides": '["params/rl.yaml:rl.reward.kind=sum"]'}
+    assert run.data.metrics == EXPECTED_CHECKPOINT_METRICS
 
 
 def test_a_new_experiment_keeps_its_artifacts_beside_the_sqlite_store_wherever_the_stage_runs(tmp_path, monkeypatch,

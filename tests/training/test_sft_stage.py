@@ -73,8 +73,10 @@ def test_base_model_then_sft_write_checkpoints_metrics_and_mlflow_runs(small_mod
     experiment = client.get_experiment_by_name("test-sft-stage")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(runs) == {"base_model", "sft"}
-    assert runs["base_model"].data.metrics["vocab_size"] == len(smol_tokenizer)
-    history = client.get_metric_history(runs["sft"].info.run_id, "train_loss")
+    assert runs["base_model"].data.tags["stats.vocab_size"] == str(len(smol_tokenizer))
+    assert runs["base_model"].data.metrics == {}  # a data stage's one-off numbers are stats, not metrics
+    history = client.get_metric_history(runs["sft"].info.run_id, "sft/train_loss")
     assert [m.step for m in history] == list(range(1, 11))
-    assert runs["sft"].data.metrics["summary.train_examples"] == 24
+    assert runs["sft"].data.tags["stats.train_examples"] == "24"
+    assert {d.dataset.name for d in runs["sft"].inputs.dataset_inputs} == {"train", "eval"}
     assert client.get_registered_model("star-sft").aliases == {"candidate": 1}
