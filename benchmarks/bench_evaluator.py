@@ -1,6 +1,6 @@
 """Benchmark the evaluator: plans per second, ours vs the public code's pandas lookups, on the same plans.
 
-Both sides run the same official-mode rules (components.travel.evaluator) over the 45 human gold plans against the
+Both sides run the same official-mode rules (components.travel.evaluate) over the 45 human gold plans against the
 real database; only the data access differs:
   - ours: the World's hash indexes plus a lazily filled per-world cache of name matches within one city;
   - baseline: what the public evaluator does for every name, a pandas scan of the whole table
@@ -24,10 +24,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from components.travel import checks, evaluator
+from components.travel import checks
+from components.travel import evaluate as evaluator
 from components.travel.importer import read_database
 from components.travel.plans import parse_plan
-from components.travel.queries import load_queries
+from components.travel.tasks import load_queries
 from components.travel.world import FLIGHT_COLUMNS, World
 
 ROOT = Path(__file__).resolve().parents[1]

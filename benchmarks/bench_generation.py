@@ -34,9 +34,11 @@ import transformers
 
 from components.agent import tokens
 from components.agent.hf import HFPolicy
-from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
+from components.agent.loop import Limits, run_episodes
+from components.travel.env import travel_episodes
+from components.travel.evaluate import travel_evaluate
 from components.agent.types import TurnRequest
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.travel.expert import ExpertConfig, ExpertPolicy
 from components.synthesis.synthesize import QueriesParams, synthesize_splits
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World

@@ -16,8 +16,8 @@ import time
 import bm25s
 import numpy as np
 
-from components.evaluation.qa.corpus import build_encyclopedia
-from components.evaluation.qa.retriever import BM25Retriever
+from components.qa.corpus import build_encyclopedia
+from components.retrieval import BM25Retriever
 
 
 def timed(fn):

@@ -30,14 +30,14 @@ import torch
 from components.agent.loop import Limits
 from components.models.checkpoints import save_checkpoint
 from components.params import read_yaml
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.travel.expert import ExpertConfig, ExpertPolicy
 from components.synthesis.synthesize import QueriesParams, synthesize_splits
 from components.training.rl.engine import RolloutEngine
 from components.training.rl.optim import TorchOptimizer
 from components.training.rl.params import RLParams, RolloutParams
 from components.training.rl.trainer import RLPaths, train
 from components.training.rl.update import UpdateConfig, fill_logprobs, rollout_from_record, update_policy
-from components.travel.queries import dump_queries
+from components.travel.tasks import dump_queries
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World
 from random_base import add_model_arguments, describe, random_base

@@ -117,7 +117,7 @@ def qwen_shape_step(label: str, params: RLParams, tokenizer_dir: Path, world_dir
     from components.training.rl.engine import RolloutEngine, build_policy
     from components.training.rl.optim import build_optimizer
     from components.training.rl.update import UpdateConfig, rollout_from_record, update_policy
-    from components.travel.queries import load_queries
+    from components.travel.tasks import load_queries
     from components.travel.world import World
 
     reset_peak_memory(device)

@@ -44,7 +44,7 @@ from components.agent.loop import Limits
 from components.models.attention import CPU_DECODE_ATTENTION, register_cpu_decode_attention
 from components.models.loading import load_policy_model, load_tokenizer
 from components.training.rl.engine import RolloutEngine
-from components.travel.queries import load_queries
+from components.travel.tasks import load_queries
 from components.travel.world import World
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"

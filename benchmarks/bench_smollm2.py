@@ -25,11 +25,13 @@ import torch
 
 from components.agent import lean_decode, tokens
 from components.agent.hf import HFPolicy
-from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
+from components.agent.loop import Limits, run_episodes
+from components.travel.env import travel_episodes
+from components.travel.evaluate import travel_evaluate
 from components.agent.types import TurnRequest
 from components.models.factory import count_parameters
 from components.models.gguf import load_gguf, packaged_gguf
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.travel.expert import ExpertConfig, ExpertPolicy
 from components.synthesis.synthesize import QueriesParams, synthesize_splits
 from components.training.sft import accumulate_gradients, encode_record
 from components.travel.synthetic import tiny_world_params, write_synthetic_world

@@ -1,6 +1,6 @@
 """The `star` command: one sub-command per pipeline stage (what dvc.yaml runs) plus user tools.
 
-Each stage package contributes its sub-commands through a `commands` module with a `register(subparsers)`
+Each stage package contributes its sub-commands through its one `commands` module with a `register(subparsers)`
 function; heavy libraries (torch, transformers, mlflow, prefect) are imported inside the handlers so that
 `star --help` and the sandbox tools start instantly.
 """
@@ -18,13 +18,10 @@ COMMAND_MODULES = [
     "components.orchestration.commands",
     "flows.commands",
     "components.travel.commands",
-    "components.travel.eval_commands",
     "components.synthesis.commands",
     "components.evaluation.commands",
-    "components.evaluation.toolstar_commands",
     "components.models.commands",
     "components.training.commands",
-    "components.training.rl_commands",
     "components.tracking_commands",
 ]
 

@@ -1,7 +1,7 @@
 """Intervals for the rates every evaluation reports, and the paired difference of two evaluations on the same items.
 
 A leaf module (the standard library only), so the evaluators (`components/travel/metrics.py`,
-`components/evaluation/toolstar_rollout.py`) and the comparison scripts share one definition:
+`components/toolstar/evaluate.py`) and the comparison scripts share one definition:
 
     wilson_interval(4, 40)                      # (0.0396, 0.2305): 4 of 40 passed, the 95% Wilson score interval
     paired_difference([1, 0, 1], [0, 0, 1])     # {"n": 3, "mean": 0.333, "se": 0.333}: run - base per item

@@ -9,8 +9,8 @@ ones draw differently, as the batches differ. The loop enforces the limits, reco
 builds the trajectory record of docs/contracts.md; with a tokenizer it also builds `prompt_ids`/`response_ids`/`response_mask`/`response_logprobs` from segments (see
 `tokens.py`), never by re-tokenising the rendered history.
 
-Any environment with `reset() -> messages` and `step(text) -> Step` (observation, done, info) works: the travel
-episode and the QA episode share this loop; each brings its own `evaluate` callback.
+Any environment of the protocol in `environment.py` (`reset() -> messages`, `step(text) -> Step`) works: every
+environment shares this loop, and each brings its own `evaluate` callback; the loop imports none of them.
 
 `run_episodes` is built on a small public stepping API, which code that must step episodes itself (ARPO's branching
 rollouts copy an episode mid-way) uses too, so there is no second loop:
@@ -25,32 +25,15 @@ rollouts copy an episode mid-way) uses too, so there is no second loop:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
 from components.agent import tokens as tok
+from components.agent.environment import Environment
 from components.agent.types import Policy, TurnRequest, TurnResult
-from components.travel.env import TravelEnv
-from components.travel.evaluator import evaluate_both
 
 TERMINATIONS = ("answer", "turn_limit", "context_limit", "token_limit", "protocol_errors")
-
-
-class StepLike(Protocol):
-    """What `env.step` returns: the next user-role observation (None when done), whether the episode ended, info."""
-
-    observation: str | None
-    done: bool
-    info: dict
-
-
-class Env(Protocol):
-    """The environment shape the loop needs."""
-
-    def reset(self) -> list[dict]: ...
-
-    def step(self, assistant_text: str) -> StepLike: ...
 
 
 @dataclass(frozen=True)
@@ -69,7 +52,7 @@ class Episode:
     `meta["query"]`) and its `level` is copied to the record."""
 
     idx: int
-    env: Env
+    env: Environment
     meta: dict = field(default_factory=dict)
     episode_id: str = ""
 
@@ -330,25 +313,3 @@ def run_episodes(
     finally:
         bar.close()
     return [r for r in records if r is not None]
-
-
-# ---- the travel environment's glue ---------------------------------------------------------------------------------
-
-def travel_episodes(world: Any, queries: list, failure_rate: float = 0.0, seed: int = 0,
-                    max_protocol_errors: int | None = None) -> list[Episode]:
-    """One `TravelEnv` episode per query; `meta` carries the structured query (the expert reads it) and level."""
-    episodes = []
-    for query in queries:
-        env = TravelEnv(world, query, failure_rate=failure_rate, seed=seed + query.idx,
-                        max_protocol_errors=max_protocol_errors)
-        episodes.append(Episode(idx=query.idx, env=env, meta={"query": query, "level": query.level}))
-    return episodes
-
-
-def travel_evaluate(world: Any) -> Evaluate:
-    """The evaluate callback of travel episodes: both evaluator modes on the record's final plan."""
-    def evaluate(episode: Episode, record: dict) -> dict:
-        query = episode.meta["query"]
-        return {mode: result.to_dict() for mode, result in evaluate_both(world, query, record.get("plan")).items()}
-
-    return evaluate

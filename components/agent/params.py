@@ -59,3 +59,16 @@ class DecoderParams(Params):
     backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: vLLM on a GPU when installed, else transformers
     chunk_tokens: int | None = Field(None, ge=1)  # transformers: decode turns in rounds of this many tokens over the
     # episodes still writing (None: every row of a call runs until the last ends; see components/agent/hf.py)
+
+
+class DecodingParams(DecoderParams):
+    """Sampling for evaluation: greedy by default (temperature 0), so that a run is reproducible; `backend` and
+    `chunk_tokens` as in `DecoderParams`."""
+
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    seed: int = 0
+    batch_size: int = Field(16, ge=1)  # episodes per generate call (transformers backend)
+    dtype: str = "auto"
+    device: str | None = None
+    gpu_memory_utilization: float = Field(0.8, gt=0.0, le=1.0)

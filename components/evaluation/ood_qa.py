@@ -22,14 +22,13 @@ from pydantic import Field
 from components.agent.loop import Limits
 from components.evaluation.policy import DecodingParams, LimitsParams, load_checkpoint_policy
 from components.errors import UserError
-from components.evaluation.qa import corpus as qa_corpus
-from components.evaluation.qa.datasets import dump_jsonl, load_hf_dataset, load_jsonl_dataset
-from components.evaluation.qa.env import IN_CONTEXT_EXAMPLES
-from components.evaluation.qa.expert import QAExpertPolicy
-from components.evaluation.qa.retriever import BM25Retriever, HTTPRetriever, load_corpus
-from components.evaluation.qa.rollout import QAMode, run_qa
-from components.evaluation.qa.scoring import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, alignment_tax, with_tax
 from components.params import Params
+from components.qa import corpus as qa_corpus
+from components.qa.env import IN_CONTEXT_EXAMPLES
+from components.qa.evaluate import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, QAMode, alignment_tax, run_qa, with_tax
+from components.qa.expert import QAExpertPolicy
+from components.qa.tasks import dump_jsonl, load_hf_dataset, load_jsonl_dataset
+from components.retrieval import BM25Retriever, RetrieverParams, load_corpus, make_retriever
 from components.stats import bootstrap_interval, rate_interval
 
 
@@ -50,15 +49,6 @@ class DatasetParams(Params):
     path: str | None = None
     split: str = "test"
     limit: int | None = Field(None, ge=1)
-
-
-class RetrieverParams(Params):
-    """The search tool's retriever: BM25 over a JSONL corpus (default: the generated one), or an HTTP server."""
-
-    kind: Literal["bm25", "http"] = "bm25"
-    top_k: int = Field(3, ge=1)
-    corpus: str | None = None
-    url: str | None = None
 
 
 class OODQAParams(Params):
@@ -133,16 +123,6 @@ def load_datasets(params: OODQAParams, qa_dir: str | Path) -> dict[str, list[dic
             examples = load_hf_dataset(spec.name, spec.split, limit=limit)
         datasets[spec.name] = examples
     return datasets
-
-
-def make_retriever(params: RetrieverParams, qa_dir: str | Path):
-    """BM25 over the configured (or generated) corpus, or the HTTP client."""
-    if params.kind == "http":
-        if not params.url:
-            raise UserError("ood_qa.retriever.kind is http but ood_qa.retriever.url is not set "
-                            "(e.g. http://127.0.0.1:8000/retrieve)")
-        return HTTPRetriever(params.url, top_k=params.top_k)
-    return BM25Retriever(load_corpus(params.corpus or Path(qa_dir) / "corpus.jsonl"), top_k=params.top_k)
 
 
 def question_result(record: dict) -> dict:

@@ -5,26 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
-
 from components.agent.backends import Sampling, checkpoint_policy
-from components.agent.params import DecoderParams, LimitsParams
+from components.agent.params import DecodingParams, LimitsParams
 from components.models.loading import load_tokenizer
 
 __all__ = ["DecodingParams", "LimitsParams", "load_checkpoint_policy"]
-
-
-class DecodingParams(DecoderParams):
-    """Sampling for evaluation: greedy by default (temperature 0), so that a run is reproducible; `backend` and
-    `chunk_tokens` as in `DecoderParams`."""
-
-    temperature: float = Field(0.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int = 0
-    batch_size: int = Field(16, ge=1)  # episodes per generate call (transformers backend)
-    dtype: str = "auto"
-    device: str | None = None
-    gpu_memory_utilization: float = Field(0.8, gt=0.0, le=1.0)
 
 
 def load_checkpoint_policy(model: str | Path, decoding: DecodingParams, max_model_len: int | None = None):

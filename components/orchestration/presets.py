@@ -207,7 +207,7 @@ PARAMS_MODELS = {
     "validate": "components.evaluation.validate:ValidateParams",
     "ood_qa": "components.evaluation.ood_qa:OODQAParams",
     "report": "components.evaluation.report:ReportParams",
-    "toolstar": "components.evaluation.toolstar_params:ToolStarParams",
+    "toolstar": "components.toolstar.params:ToolStarParams",
     "toolstar_sft": "components.training.sft_params:SFTParams",  # star sft --section toolstar_sft
     "toolstar_rl": "components.training.rl.params:RLParams",  # star rl --section toolstar_rl
 }

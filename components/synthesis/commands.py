@@ -57,7 +57,7 @@ def queries_handler(args: argparse.Namespace) -> int:
     from components import tracking
     from components.params import load_section
     from components.synthesis.synthesize import QueriesParams, synthesize_splits
-    from components.travel.queries import dump_queries, load_any
+    from components.travel.tasks import dump_queries, load_any
 
     params = load_section(args.params, "queries", QueriesParams)
     world = _load_world(args.world)
@@ -98,7 +98,7 @@ def teach_handler(args: argparse.Namespace) -> int:
     from components import tracking
     from components.params import load_section
     from components.synthesis.teacher import TeacherParams, teach
-    from components.travel.queries import load_queries
+    from components.travel.tasks import load_queries
 
     params = load_section(args.params, "teacher", TeacherParams)
     world = _load_world(args.world)

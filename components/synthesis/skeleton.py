@@ -13,8 +13,8 @@ from datetime import date, timedelta
 from statistics import mean
 from typing import Any
 
-from components.synthesis.expert import stay_fits
-from components.travel.queries import HOUSE_RULES, ROOM_TYPES, Query
+from components.travel.expert import stay_fits
+from components.travel.tasks import HOUSE_RULES, ROOM_TYPES, Query
 
 DAYS_TO_CITIES = {3: 1, 5: 2, 7: 3}
 CUISINE_CHOICES = ("Chinese", "American", "Italian", "Mexican", "Indian", "Mediterranean", "French", "Seafood")

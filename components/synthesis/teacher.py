@@ -18,12 +18,14 @@ from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
 from components.agent.http import OpenAIChatPolicy
-from components.agent.loop import run_episodes, travel_episodes, travel_evaluate
+from components.agent.loop import run_episodes
+from components.travel.env import travel_episodes
+from components.travel.evaluate import travel_evaluate
 from components.agent.params import EndpointParams, LimitsParams, limits_defaulting_to
 from components.errors import UserError
 from components.params import Params
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
-from components.travel.queries import Query
+from components.travel.expert import ExpertConfig, ExpertPolicy
+from components.travel.tasks import Query
 
 
 TEACHER_LIMITS = {"max_turns": 60, "max_tokens_per_turn": 4096, "max_context_tokens": 32768}  # Agent-STAR's

@@ -43,9 +43,9 @@ last step also has `termination` ("answer" | "tool_limit").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from components.agent.environment import EpisodeEnded, Step
 from components.toolstar.protocol import (
     SYSTEM_PROMPT,
     FinalAnswer,
@@ -74,15 +74,6 @@ class CodeRunner(Protocol):
     """The python tool's backend: `Sandbox` (components/toolstar/sandbox.py)."""
 
     def run(self, code: str) -> SandboxResult: ...
-
-
-@dataclass
-class Step:
-    """One assistant turn's outcome: the next user-role observation (None when done), done, info."""
-
-    observation: str | None
-    done: bool
-    info: dict = field(default_factory=dict)
 
 
 def system_prompt(max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS) -> str:
@@ -145,7 +136,7 @@ class ToolStarEnv:
     def step(self, assistant_text: str) -> Step:
         """Apply one assistant turn (see the module docstring)."""
         if self.done:
-            raise RuntimeError("the episode has ended: call reset() before stepping again")
+            raise EpisodeEnded("the Tool-Star episode")
         action = parse_turn(assistant_text)
         if isinstance(action, FormatError):
             self.stats["format_errors"] += 1

@@ -26,7 +26,7 @@ The task file is JSONL, one task a line (`write_tasks`, `read_tasks`):
 `answer` is a string (an integer written in decimal for every template here); `facts` lists, in the order a solver
 needs them, the facts the question depends on (empty for `compute` tasks); `template` names the question template.
 
-Tasks from evaluation datasets (`components/evaluation/toolstar_datasets.py`: GSM8K, MATH-500, HotpotQA, ...) use the
+Tasks from evaluation datasets (`components/toolstar/datasets.py`: GSM8K, MATH-500, HotpotQA, ...) use the
 same record with two more kinds and two optional keys, written only when set (so a generated task file is
 unchanged):
 
@@ -56,7 +56,7 @@ KINDS: tuple[str, ...] = get_args(Kind)
 ENTITY_KINDS = ("town", "organisation", "person")
 
 # How the encyclopedia states the facts the templates use, and how a one-hop question asks for each: the sentence
-# and question templates of `components/evaluation/qa/corpus.py`'s RELATIONS (a test keeps the two equal; they are
+# and question templates of `components/qa/corpus.py`'s RELATIONS (a test keeps the two equal; they are
 # repeated here because toolstar sits below the evaluation layer and reads the corpus only as a file).
 FACT_SENTENCES: dict[str, str] = {
     "birthplace": "{subject} was born in {value}.",

@@ -7,7 +7,7 @@ launcher started (none of WORLD_SIZE, RANK, LOCAL_RANK set) and that needs such 
 
     python -m torch.distributed.run --standalone --nproc_per_node N -m components.cli <the same arguments>
 
-with N from the params (`sft.processes`, `rl.distributed.processes`), and waits for it: SIGTERM and SIGINT are
+with N from the params (`sft.distributed.processes`, `rl.distributed.processes`), and waits for it: SIGTERM and SIGINT are
 passed on, and its exit code is the command's. Started by torchrun or `accelerate launch` (the variables are set),
 the stage runs directly, as one of the launcher's processes.
 
@@ -100,14 +100,15 @@ def sft_processes(params: SFTParams, cuda_available: bool | Callable[[], bool] |
                   section: str = "sft") -> int | None:
     """How many processes `star sft` with `params` trains in under a launcher; None: the torch loop, in this one."""
     backend = sft_backend(params, cuda_available)
+    processes = params.distributed.processes
     if backend == "trainer":
-        return params.processes
-    if params.processes > 1:
+        return processes
+    if processes > 1:
         raise UserError(
-            f"{section}.processes: {params.processes} needs the transformers Trainer backend ({section}.backend: "
-            f"trainer, optionally with {section}.deepspeed: zero2 or zero3), but {section}.backend: "
-            f"{params.backend} trains with the plain torch loop here, in one process; set {section}.backend: "
-            f"trainer or {section}.processes: 1")
+            f"{section}.distributed.processes: {processes} needs the transformers Trainer backend "
+            f"({section}.backend: trainer, optionally with {section}.distributed.strategy: deepspeed), but "
+            f"{section}.backend: {params.backend} trains with the plain torch loop here, in one process; set "
+            f"{section}.backend: trainer or {section}.distributed.processes: 1")
     return None
 
 

@@ -318,7 +318,7 @@ def prepare_torch_run(model, params: SFTParams) -> str:
     torch.manual_seed(params.seed)
     if params.cpu_threads:
         torch.set_num_threads(params.cpu_threads)
-    if params.gradient_checkpointing:
+    if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     device = next(model.parameters()).device
     return cpu_compute_dtype(params.dtype, cpu_has_native_bf16()) if device.type == "cpu" else params.dtype
@@ -350,7 +350,7 @@ def train_torch(model, tokenizer, train: list[SFTExample], eval_examples: list[S
     total_steps = plan_steps(len(train), params)
     optimizer = torch.optim.AdamW(model.parameters(), lr=params.learning_rate, weight_decay=params.weight_decay,
                                   betas=(0.9, 0.95))
-    lr_factor = schedule.lr_multiplier(params.lr_scheduler, warmup_steps(len(train), params), total_steps)
+    lr_factor = schedule.lr_multiplier(params.lr_scheduler_type, warmup_steps(len(train), params), total_steps)
     schedule_minutes = None if params.max_steps else params.max_minutes  # a step budget keeps the run deterministic
     result = SFTResult()
     initial_eval = evaluate_loss(model, eval_examples, pad_id, params.micro_batch_size)

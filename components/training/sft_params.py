@@ -12,12 +12,28 @@ from pydantic import Field, model_validator
 from components.params import Params
 
 
+class SFTDistributedParams(Params):
+    """How SFT spreads over GPUs, with rl.distributed's names: `processes` Trainer processes, one per GPU, that `star
+    sft` starts with torchrun (components/training/launch.py; the torch loop trains in one), sharded by DeepSpeed
+    ZeRO at `zero_stage` (`strategy: deepspeed`, the [gpu] extra) or plain data parallel (`strategy: none`)."""
+
+    strategy: Literal["none", "deepspeed"] = "none"
+    zero_stage: Literal[2, 3] = 2
+    processes: int = Field(1, ge=1)
+    gradient_checkpointing: bool = False
+
+    @property
+    def deepspeed_config(self) -> str:
+        """The packaged DeepSpeed config's name: none, zero2 or zero3."""
+        return f"zero{self.zero_stage}" if self.strategy == "deepspeed" else "none"
+
+
 class SFTParams(Params):
     """`sft:` in params/sft.yaml."""
 
     epochs: float = Field(3.0, gt=0, description="passes over the training records (fractions allowed)")
     learning_rate: float = Field(1e-3, gt=0)
-    lr_scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    lr_scheduler_type: Literal["cosine", "linear", "constant"] = "cosine"  # TRL's (and rl's) name
     warmup_ratio: float = Field(0.05, ge=0, lt=1, description="share of optimiser steps spent warming up")
     weight_decay: float = Field(0.0, ge=0)
     max_grad_norm: float = Field(1.0, gt=0)
@@ -40,23 +56,20 @@ class SFTParams(Params):
     backend: Literal["auto", "torch", "trainer"] = Field(
         "auto", description="auto: plain torch loop on CPU, transformers Trainer on GPU")
 
-    processes: int = Field(
-        1, ge=1, description="training processes of the Trainer backend, one per GPU: `star sft` starts them with "
-                             "torchrun (components/training/launch.py); the torch loop trains in one")
-    deepspeed: Literal["none", "zero2", "zero3"] = "none"
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="compute precision (weights stay float32). GPU: auto = bf16 where supported. CPU: auto = "
                             "bf16 autocast of the training forward/backward where the CPU computes bf16 natively "
                             "(AVX512-BF16 or AMX: about 1.4x the tokens/s of float32), float32 elsewhere (emulated "
                             "bf16 measured 16x slower than float32 on an AVX2-only CPU); eval loss is float32")
-    gradient_checkpointing: bool = False
     cpu_threads: int | None = Field(
         None, ge=1, description="torch CPU threads for the torch loop (null: torch's default, one per core)")
+    distributed: SFTDistributedParams = SFTDistributedParams()
 
     @model_validator(mode="after")
     def _processes_need_the_trainer(self) -> "SFTParams":
-        if self.processes > 1 and self.backend == "torch":
-            raise ValueError(f"processes: {self.processes} needs the transformers Trainer (backend: trainer, with "
-                             "deepspeed: zero2 or zero3 to shard over the GPUs); backend: torch, the plain torch "
-                             "loop, trains in one process")
+        processes = self.distributed.processes
+        if processes > 1 and self.backend == "torch":
+            raise ValueError(f"distributed.processes: {processes} needs the transformers Trainer (backend: trainer, "
+                             "with distributed.strategy: deepspeed to shard over the GPUs); backend: torch, the plain "
+                             "torch loop, trains in one process")
         return self

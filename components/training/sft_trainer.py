@@ -41,8 +41,8 @@ def deepspeed_config(name: str) -> str | None:
     if name == "none":
         return None
     if importlib.util.find_spec("deepspeed") is None:
-        raise UserError(f"sft.deepspeed: {name} needs DeepSpeed: pip install 'star-pipeline[gpu]' "
-                        "(or set sft.deepspeed: none)")
+        raise UserError(f"sft.distributed.strategy: deepspeed ({name}) needs DeepSpeed: pip install "
+                        "'star-pipeline[gpu]' (or set sft.distributed.strategy: none)")
     return str(Path(__file__).with_name(DEEPSPEED_CONFIGS[name]))
 
 
@@ -50,7 +50,7 @@ def deepspeed_setup(name: str) -> str | None:
     """`deepspeed_config(name)`; DeepSpeed needs a launcher's world (`star sft` starts itself under torchrun)."""
     config = deepspeed_config(name)
     if config is not None:
-        require_launcher(f"sft.deepspeed: {name}")
+        require_launcher(f"sft.distributed.strategy: deepspeed ({name})")
     return config
 
 
@@ -138,7 +138,7 @@ def training_arguments(params: SFTParams, out_dir: str | Path, num_examples: int
         num_train_epochs=params.epochs,
         max_steps=params.max_steps or -1,
         learning_rate=params.learning_rate,
-        lr_scheduler_type=schedule.TRANSFORMERS_SCHEDULES[params.lr_scheduler],
+        lr_scheduler_type=schedule.TRANSFORMERS_SCHEDULES[params.lr_scheduler_type],
         warmup_steps=warmup_steps(num_examples, params),
         weight_decay=params.weight_decay,
         max_grad_norm=params.max_grad_norm,
@@ -184,8 +184,8 @@ def train_trainer(model, tokenizer, train: list[SFTExample], eval_examples: list
                   out_dir: str | Path, on_log: OnLog | None = None) -> SFTResult:
     """The GPU trainer: transformers `Trainer` (optionally DeepSpeed ZeRO-2/3) on the same examples and loss; saves
     the final weights into `out_dir` itself (ZeRO-3 shards must be gathered by the Trainer)."""
-    ds_config = deepspeed_setup(params.deepspeed)
-    if params.gradient_checkpointing:
+    ds_config = deepspeed_setup(params.distributed.deepspeed_config)
+    if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     history: list[dict] = []
     trainer = MaskedLossTrainer(

@@ -6,7 +6,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.travel.queries import Query
+from components.travel.tasks import Query
 
 MODES = ("official", "strict")
 

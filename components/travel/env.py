@@ -9,22 +9,14 @@ from __future__ import annotations
 
 import functools
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
+from components.agent.environment import EpisodeEnded, Step
+from components.agent.loop import Episode
 from components.travel import protocol
 from components.travel.plans import parse_plan  # the plan grammar lives with the evaluator
 from components.travel.tools import TOOL_SCHEMAS, call_tool
 from components.travel.world import World
-
-
-@dataclass
-class Step:
-    """The result of one assistant turn: the next user-role observation (None when done), done, info."""
-
-    observation: str | None
-    done: bool
-    info: dict = field(default_factory=dict)
 
 
 @functools.lru_cache(maxsize=len(protocol.PROMPT_STYLES))
@@ -72,7 +64,7 @@ class TravelEnv:
     def step(self, assistant_text: str) -> Step:
         """Apply one assistant turn."""
         if self.done:
-            return Step(None, True, {"kind": "answer", "termination": "answer", "error": "episode already ended"})
+            raise EpisodeEnded("the travel episode")
         turn = protocol.parse_turn(assistant_text)
         if isinstance(turn, protocol.Answer):
             return self._answer(turn)
@@ -98,3 +90,14 @@ class TravelEnv:
             info["termination"] = "protocol_errors"
             return Step(None, True, info)
         return Step(protocol.tool_response(f"Error: {error.message}"), False, info)
+
+
+def travel_episodes(world: Any, queries: list, failure_rate: float = 0.0, seed: int = 0,
+                    max_protocol_errors: int | None = None) -> list[Episode]:
+    """One `TravelEnv` episode per query; `meta` carries the structured query (the expert reads it) and level."""
+    episodes = []
+    for query in queries:
+        env = TravelEnv(world, query, failure_rate=failure_rate, seed=seed + query.idx,
+                        max_protocol_errors=max_protocol_errors)
+        episodes.append(Episode(idx=query.idx, env=env, meta={"query": query, "level": query.level}))
+    return episodes

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping, Sequence
 
 from components.stats import rate_interval
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, PlanEvaluation
-from components.travel.queries import Query
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, PlanEvaluation
+from components.travel.tasks import Query
 
 METRIC_KEYS = ("delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass")
 PER_QUERY_RATES = ("delivery_rate", "commonsense_macro", "hard_macro", "final_pass")  # `ci95` holds their intervals

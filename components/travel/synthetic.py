@@ -19,6 +19,7 @@ from pydantic import Field, field_validator, model_validator
 
 from components.errors import UserError
 from components.params import Params
+from components.syllables import NAME_SYLLABLES
 from components.travel.world import write_world
 
 CUISINES = (
@@ -28,13 +29,6 @@ CUISINES = (
 HOUSE_RULES = ("No parties", "No smoking", "No children under 10", "No pets", "No visitors")
 ROOM_TYPES = ("Entire home/apt", "Private room", "Shared room")
 
-# Every invented name (the synthetic world's and the QA encyclopedia's) is 2-3 of these syllables, so held-out cities
-# and entities look like the ones in training.
-NAME_SYLLABLES = (
-    "ba", "bel", "bri", "ca", "cor", "da", "del", "dro", "fa", "fen", "ga", "gor", "ha", "hel", "ka", "kel", "la",
-    "len", "lo", "ma", "mer", "mo", "na", "nor", "no", "pa", "pel", "ra", "ren", "ro", "sa", "sel", "so", "ta",
-    "tor", "tu", "va", "ven", "vi", "wa", "wel", "za", "zor", "qui", "thal", "bran", "ster", "mira", "lune", "ash",
-)
 _LISTING_KINDS = ("Loft", "Cottage", "Suite", "Studio", "House", "Apartment", "Inn", "Villa", "Retreat", "Flat")
 _RESTAURANT_KINDS = ("Kitchen", "Grill", "Bistro", "Cafe", "Diner", "Eatery", "Tavern", "Table", "Canteen")
 _ATTRACTION_KINDS = ("Museum", "Park", "Gardens", "Gallery", "Tower", "Market", "Lake", "Theatre", "Bridge")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from components.evaluation.ood_qa import alignment_tax, summarize, with_tax
-from components.travel.queries import Query
+from components.travel.tasks import Query
 
 COMMONSENSE = ["is_valid_information_in_current_city", "is_valid_information_in_sandbox",
                "is_reasonable_visiting_city", "is_valid_restaurants", "is_valid_attractions",

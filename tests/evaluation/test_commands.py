@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from components.cli import main
-from components.travel.queries import dump_queries
+from components.travel.tasks import dump_queries
 
 SMALL_OOD_QA = {"ood_qa": {
     "mode": "in_context",

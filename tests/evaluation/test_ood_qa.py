@@ -12,7 +12,7 @@ from components.evaluation import ood_qa
 from components.evaluation.ood_qa import (
     DatasetParams, OODQAParams, alignment_tax, evaluate_checkpoint, load_datasets, summarize, summarize_datasets,
 )
-from components.evaluation.qa.scoring import questions_path, read_question_results
+from components.qa.evaluate import questions_path, read_question_results
 from components.params import ParamsError, parse_section
 
 

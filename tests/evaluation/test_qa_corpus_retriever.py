@@ -8,8 +8,8 @@ import pytest
 
 from components.errors import UserError
 from components.evaluation.ood_qa import CorpusParams, retrieval_recall
-from components.evaluation.qa.corpus import build_encyclopedia
-from components.evaluation.qa.retriever import BM25Retriever, HTTPRetriever, format_passages, passage_from_record
+from components.qa.corpus import build_encyclopedia
+from components.retrieval import BM25Retriever, HTTPRetriever, format_passages, passage_from_record
 
 
 @pytest.fixture(scope="module")

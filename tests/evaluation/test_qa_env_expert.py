@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from components.agent.loop import Limits
 from components.agent.types import TurnRequest, TurnResult
 from components.evaluation.ood_qa import evaluate_policy, summarize
-from components.evaluation.qa.corpus import PROFESSIONS, build_encyclopedia
-from components.evaluation.qa.env import IN_CONTEXT_EXAMPLES, InContextQAEnv, QAEnv, answer_in_passages
-from components.evaluation.qa.expert import QAExpertPolicy, plan_question, read_fact
-from components.evaluation.qa.retriever import BM25Retriever
-from components.evaluation.qa.rollout import run_qa
-from components.travel.synthetic import NAME_SYLLABLES
+from components.qa.corpus import PROFESSIONS, build_encyclopedia
+from components.qa.env import IN_CONTEXT_EXAMPLES, InContextQAEnv, QAEnv, answer_in_passages
+from components.qa.evaluate import run_qa
+from components.qa.expert import QAExpertPolicy, plan_question, read_fact
+from components.retrieval import BM25Retriever
+from components.syllables import NAME_SYLLABLES
 
 
 @pytest.fixture(scope="module")

@@ -133,7 +133,7 @@ def test_every_plot_dvc_yaml_declares_on_a_report_table_names_its_columns(metric
 # --- the Tool-Star table ----------------------------------------------------------------------------------------
 
 def toolstar_group(n, accuracy, em, f1, reward, search, python, code_errors=0, kills=0, format_errors=0) -> dict:
-    """One group of a `star toolstar eval` metrics file (toolstar_rollout.summarize_group's keys)."""
+    """One group of a `star toolstar eval` metrics file (components.toolstar.evaluate.summarize_group's keys)."""
     return {"n": n, "accuracy": accuracy, "mean_reward": reward, "reward_positive_rate": accuracy,
             "format_ok_rate": 1.0, "answer_rate": 1.0, "em": em, "f1": f1,
             "tool_calls": {"search": search, "python": python, "total": search + python},

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.evaluation.qa.scoring import exact_match, f1_score, normalize_answer
+from components.answer_match import exact_match, f1_score, normalize_answer
 
 
 @pytest.mark.parametrize("text, normalised", [

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from components.cli import main
-from components.evaluation.toolstar_data import imitable, split_tasks
-from components.evaluation.toolstar_params import ToolStarParams
-from components.evaluation.toolstar_rollout import run_toolstar, summarize
+from components.evaluation.toolstar import imitable, split_tasks
+from components.toolstar.params import ToolStarParams
+from components.toolstar.evaluate import run_toolstar, summarize
 from components.orchestration.presets import apply_preset
 from components.params import load_section
 from components.toolstar.sandbox import SandboxParams
@@ -28,8 +28,8 @@ SMALL_TOOLSTAR = {"toolstar": {
 @pytest.fixture(scope="module")
 def qa_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """data/qa with a small generated encyclopedia (what `star qa build` writes there, corpus only)."""
-    from components.evaluation.qa.corpus import build_encyclopedia
-    from components.evaluation.qa.datasets import dump_jsonl
+    from components.qa.corpus import build_encyclopedia
+    from components.qa.tasks import dump_jsonl
 
     qa = tmp_path_factory.mktemp("data") / "qa"
     encyclopedia = build_encyclopedia(num_people=30, num_towns=8, num_organisations=5, questions_per_dataset=1,

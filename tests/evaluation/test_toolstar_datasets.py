@@ -13,7 +13,7 @@ import pytest
 
 from components.cli import main
 from components.errors import UserError
-from components.evaluation.toolstar_datasets import (
+from components.toolstar.datasets import (
     DATASETS,
     dataset_spec,
     dataset_tasks,
@@ -255,8 +255,8 @@ class Answering:
 
 def test_math_tasks_are_scored_with_math_verify_and_qa_tasks_with_f1_against_every_answer(tmp_path):
     from components.agent.loop import Limits
-    from components.evaluation.toolstar_params import ToolStarParams
-    from components.evaluation.toolstar_rollout import run_toolstar, summarize
+    from components.toolstar.params import ToolStarParams
+    from components.toolstar.evaluate import run_toolstar, summarize
 
     tasks = [Task(id="math500-00000", question="Half?", answer="0.5", kind="math", answers=("0.5",),
                   dataset="math500"),

@@ -13,7 +13,7 @@ from components.evaluation.validate import (
     FormatterParams, LimitsParams, ProsePlanFormatter, ValidateParams, first_call_origin, grounding, plan_entities,
     run_validation, submission_lines, validate_checkpoint,
 )
-from components.travel.queries import dump_queries
+from components.travel.tasks import dump_queries
 
 
 class ScriptedPolicy:

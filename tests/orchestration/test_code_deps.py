@@ -5,7 +5,7 @@ handler imports, transitively (an ast walk over components/ that counts function
 handlers import their stage code lazily). A stage's deps must cover each package of that closure
 (`components/travel`) and each shared top module (`components/params.py`), so the lists in dvc.yaml cannot rot.
 Then a sample git + DVC repo with the real dvc.yaml, params and components tree, locked up to date with placeholder
-outputs: appending a comment to components/travel/rewards.py makes `dvc status` name rl, validate@rl and report.
+outputs: appending a comment to components/travel/reward.py makes `dvc status` name rl, validate@rl and report.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ CODE_ROOTS = ("components", "flows")  # the project's own importable packages
 # --- the ast walk -------------------------------------------------------------------------------------------------
 
 def _module_file(name: str) -> Path | None:
-    """components.travel.rewards -> components/travel/rewards.py (a package -> its __init__.py); None if not ours."""
+    """components.travel.reward -> components/travel/reward.py (a package -> its __init__.py); None if not ours."""
     if name.split(".")[0] not in CODE_ROOTS:
         return None
     base = REPO.joinpath(*name.split("."))
@@ -233,7 +233,7 @@ def locked_sample_repo(tmp_path) -> Path:
 
 def test_editing_the_rewards_makes_dvc_status_show_rl_and_what_follows(locked_sample_repo: Path):
     root = locked_sample_repo
-    with (root / "components/travel/rewards.py").open("a") as f:
+    with (root / "components/travel/reward.py").open("a") as f:
         f.write("# a change to the reward code\n")
     changed = json.loads(_dvc(root, "status", "--json"))
     print(_dvc(root, "status"))

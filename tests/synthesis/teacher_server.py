@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 
 from components.agent.types import TurnRequest
-from components.synthesis.expert import ExpertConfig, ExpertPolicy
+from components.travel.expert import ExpertConfig, ExpertPolicy
 
 from agent.fake_openai import FakeOpenAI
 

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from components.agent.loop import Limits, run_episodes, travel_episodes, travel_evaluate
-from components.synthesis.expert import SLIP_PATTERN, ExpertConfig, ExpertPolicy, slip_name
+from components.agent.loop import Limits, run_episodes
+from components.travel.env import travel_episodes
+from components.travel.evaluate import travel_evaluate
+from components.travel.expert import SLIP_PATTERN, ExpertConfig, ExpertPolicy, slip_name
 from components.travel.plans import current_cities, split_attractions, split_name_city
 from components.travel.protocol import ToolCall, parse_turn
-from components.travel.queries import load_queries
+from components.travel.tasks import load_queries
 
 TRAIN_QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
 

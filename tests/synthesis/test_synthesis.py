@@ -3,11 +3,11 @@ the budget rule, constraints by level, and query text (templates and LLM back-tr
 import json
 import random
 
-from components.synthesis.expert import ExpertConfig, solve_with_tools
+from components.travel.expert import ExpertConfig, solve_with_tools
 from components.synthesis.skeleton import budget_for, city_pool, sample_constraints, sample_skeleton
 from components.synthesis.synthesize import level_counts, signature
 from components.synthesis.text import back_translate, render_query_text, spoken_date
-from components.travel.evaluator import evaluate_plan
+from components.travel.evaluate import evaluate_plan
 
 from agent.fake_openai import FakeOpenAI
 

@@ -10,7 +10,7 @@ from components.toolstar.sandbox import Sandbox, SandboxParams, isolation_proble
 @pytest.fixture(scope="session")
 def encyclopedia():
     """params/ood_qa.yaml's tiny encyclopedia (300 people, 60 towns, 40 organisations, seed 0)."""
-    from components.evaluation.qa.corpus import build_encyclopedia
+    from components.qa.corpus import build_encyclopedia
 
     return build_encyclopedia(num_people=300, num_towns=60, num_organisations=40, questions_per_dataset=1, seed=0)
 
@@ -24,7 +24,7 @@ def passages(encyclopedia) -> list[dict]:
 @pytest.fixture(scope="session")
 def retriever(passages):
     """BM25 over the passages, one passage per search (the tiny preset's top_k)."""
-    from components.evaluation.qa.retriever import BM25Retriever
+    from components.retrieval import BM25Retriever
 
     return BM25Retriever(passages, top_k=1)
 

@@ -109,7 +109,7 @@ def test_the_expert_solves_at_least_95_percent_of_100_tasks_through_the_agent_lo
     assert set(rewards) <= {("multi_hop_arithmetic", 1.1), ("compute", 1.0)}
 
 
-def test_the_package_imports_no_ml_library_and_only_the_shared_leaves():
+def test_the_package_imports_no_ml_library_and_only_the_protocol_and_the_shared_leaves():
     modules = ("components.toolstar", "components.toolstar.env", "components.toolstar.tasks",
                "components.toolstar.expert", "components.toolstar.reward")
     code = (f"import sys; import {', '.join(modules)}; "
@@ -119,4 +119,4 @@ def test_the_package_imports_no_ml_library_and_only_the_shared_leaves():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     ml, packages = done.stdout.strip().splitlines()
     assert ml == "[]"
-    assert set(ast.literal_eval(packages)) <= {"toolstar", "errors", "params", "jsonl", "redact"}
+    assert set(ast.literal_eval(packages)) <= {"toolstar", "agent", "errors", "params", "jsonl", "redact"}

@@ -27,7 +27,7 @@ from components.toolstar.tasks import (
 
 
 def test_the_fact_sentences_are_the_encyclopedias():
-    from components.evaluation.qa.corpus import RELATIONS
+    from components.qa.corpus import RELATIONS
 
     for relation, sentence in FACT_SENTENCES.items():
         assert RELATIONS[relation].sentence == sentence

@@ -58,8 +58,8 @@ def test_a_process_count_below_one_is_refused():
 
 def test_the_trainer_backend_of_sft_launches_its_processes_and_the_torch_loop_none():
     assert launch.sft_processes(SFTParams(backend="trainer")) == 1
-    assert launch.sft_processes(SFTParams(backend="trainer", deepspeed="zero3", processes=4)) == 4
-    assert launch.sft_processes(SFTParams(backend="auto", processes=2), cuda_available=True) == 2
+    assert launch.sft_processes(SFTParams(backend="trainer", distributed={"strategy": "deepspeed", "zero_stage": 3, "processes": 4})) == 4
+    assert launch.sft_processes(SFTParams(backend="auto", distributed={"processes": 2}), cuda_available=True) == 2
     assert launch.sft_processes(SFTParams(backend="auto"), cuda_available=False) is None
     assert launch.sft_processes(SFTParams(backend="torch"), cuda_available=True) is None
     assert launch.sft_processes(SFTParams(backend="auto"), cuda_available=lambda: True) == 1
@@ -67,12 +67,12 @@ def test_the_trainer_backend_of_sft_launches_its_processes_and_the_torch_loop_no
 
 def test_processes_above_one_with_the_torch_loop_say_which_backend_to_pick():
     with pytest.raises(ValidationError, match=r"processes: 2 needs the transformers Trainer \(backend: trainer"):
-        SFTParams(backend="torch", processes=2)
-    with pytest.raises(UserError, match=r"toolstar_sft.processes: 3 needs the transformers Trainer.*"
+        SFTParams(backend="torch", distributed={"processes": 2})
+    with pytest.raises(UserError, match=r"toolstar_sft.distributed.processes: 3 needs the transformers Trainer.*"
                                         r"toolstar_sft.backend: trainer"):  # auto on a machine without CUDA
-        launch.sft_processes(SFTParams(processes=3), cuda_available=False, section="toolstar_sft")
+        launch.sft_processes(SFTParams(distributed={"processes": 3}), cuda_available=False, section="toolstar_sft")
     with pytest.raises(ValidationError):
-        SFTParams(processes=0)
+        SFTParams(distributed={"processes": 0})
 
 
 def test_rl_launches_for_deepspeed_and_for_data_parallel_replicas():
@@ -90,9 +90,11 @@ def test_rl_launches_for_deepspeed_and_for_data_parallel_replicas():
 
 
 def test_the_deepspeed_paths_without_a_launcher_say_how_to_start_them():
-    with pytest.raises(UserError, match=r"sft.deepspeed: zero2 trains in a torch.distributed world.*torchrun"):
-        launch.require_launcher("sft.deepspeed: zero2", {})
-    launch.require_launcher("sft.deepspeed: zero2", {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"})
+    with pytest.raises(UserError, match=r"sft.distributed.strategy: deepspeed \(zero2\) trains in a torch.distributed "
+                                        r"world.*torchrun"):
+        launch.require_launcher("sft.distributed.strategy: deepspeed (zero2)", {})
+    launch.require_launcher("sft.distributed.strategy: deepspeed (zero2)",
+                            {"WORLD_SIZE": "8", "RANK": "3", "LOCAL_RANK": "3"})
     with pytest.raises(UserError, match=r"at most 1 process.*has 2"):
         launch.require_launcher("rl.distributed.strategy: deepspeed", {"WORLD_SIZE": "2", "RANK": "0"}, most=1)
 
@@ -238,7 +240,7 @@ def star_sft(root: Path, processes: int, tag: str) -> subprocess.CompletedProces
     """`star sft` as its own process (as dvc runs it), Trainer backend, `processes` processes, no launcher."""
     (root / "params").mkdir(exist_ok=True)
     (root / f"params/{tag}.yaml").write_text(
-        f"sft:\n  backend: trainer\n  deepspeed: none\n  processes: {processes}\n  max_steps: 2\n  batch_size: 2\n"
+        f"sft:\n  backend: trainer\n  distributed: {{processes: {processes}}}\n  max_steps: 2\n  batch_size: 2\n"
         f"  micro_batch_size: 1\n  eval_every: 2\n  learning_rate: 0.01\n  cutoff_len: 256\n")
     env = clean_env(MLFLOW_TRACKING_URI=f"sqlite:///{root / 'mlflow.db'}", STAR_EXPERIMENT=f"test-launch-{tag}")
     env.pop("STAR_PARENT_RUN_ID", None)

@@ -25,7 +25,7 @@ def test_the_train_and_eval_logs_of_a_step_merge_into_one_row_and_each_is_report
 
 
 def test_the_trainer_gets_the_shared_schedule_with_whole_warmup_steps(tmp_path):
-    params = SFTParams(epochs=1, batch_size=4, micro_batch_size=2, warmup_ratio=0.25, lr_scheduler="constant")
+    params = SFTParams(epochs=1, batch_size=4, micro_batch_size=2, warmup_ratio=0.25, lr_scheduler_type="constant")
     args = training_arguments(params, tmp_path, num_examples=40, evaluate=False, ds_config=None)  # 10 steps
     assert str(args.lr_scheduler_type.value) == "constant_with_warmup"  # transformers' "constant" has no warmup
     assert args.warmup_steps == 3 and args.gradient_accumulation_steps == 2

@@ -3,7 +3,7 @@ import json
 
 from components.travel.env import TravelEnv
 from components.travel.protocol import system_prompt
-from components.travel.queries import Query
+from components.travel.tasks import Query
 from components.travel.tools import TOOL_SCHEMAS
 
 

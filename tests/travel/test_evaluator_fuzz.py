@@ -6,9 +6,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
 from components.travel.plans import PLAN_FIELDS, parse_plan
-from components.travel.queries import Query
+from components.travel.tasks import Query
 
 JSON_LIKE = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=30),

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components.travel.evaluator import evaluate_plan
+from components.travel.evaluate import evaluate_plan
 from components.travel.plans import parse_plan
-from components.travel.queries import load_queries
+from components.travel.tasks import load_queries
 
 QUERIES = Path(__file__).resolve().parents[1] / "fixtures" / "train_queries.jsonl"
 
@@ -70,7 +70,7 @@ def test_gold_costs_stay_within_budget_and_match_between_modes(real_world, gold)
 
 
 def test_star_evaluate_writes_metrics_and_per_plan_records(real_world_dir, shared_data, tmp_path, capsys):
-    from components.travel import eval_commands
+    from components.travel import commands
 
     lines = (shared_data / "fixtures" / "train_gold_plans_messages.jsonl").read_text().splitlines()
     plans = tmp_path / "plans.jsonl"
@@ -78,7 +78,7 @@ def test_star_evaluate_writes_metrics_and_per_plan_records(real_world_dir, share
     plans.write_text("".join(json.dumps({"idx": i, "plan": json.loads(line)["messages"][2]["content"]}) + "\n"
                              for i, line in enumerate(lines) if i != 3))
     parser = argparse.ArgumentParser()
-    eval_commands.register(parser.add_subparsers())
+    commands.register(parser.add_subparsers())
     out = tmp_path / "metrics" / "gold.json"
     args = parser.parse_args(["evaluate", "--world", str(real_world_dir), "--queries", str(QUERIES),
                               "--plans", str(plans), "--mode", "both", "--out", str(out)])

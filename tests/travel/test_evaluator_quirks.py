@@ -9,9 +9,9 @@ import copy
 import pandas as pd
 import pytest
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
-from components.travel.queries import Query
-from components.travel.rewards import reward
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
+from components.travel.tasks import Query
+from components.travel.reward import reward
 from components.travel.world import World
 
 DATES = ("2022-03-01", "2022-03-02", "2022-03-03")
@@ -222,7 +222,7 @@ def test_unknown_mode_is_rejected(world):
 
 
 def test_name_matches_are_cached_beside_the_world_not_on_it(world):
-    from components.travel.evaluator import lookup_for
+    from components.travel.evaluate import lookup_for
 
     before = dict(vars(world))
     lookup = lookup_for(world)
@@ -251,7 +251,7 @@ def test_repeated_places_lists_every_naming_after_the_first_in_day_order():
 
 
 def test_star_evaluate_raw_keeps_an_empty_day_past_the_trip_which_the_public_code_never_reads(world):
-    from components.travel.eval_commands import evaluate_file
+    from components.travel.commands import evaluate_file
     from components.travel.plans import parse_plan
 
     plan = [*copy.deepcopy(GOOD_PLAN), {}]
@@ -269,7 +269,7 @@ def test_star_evaluate_raw_keeps_an_empty_day_past_the_trip_which_the_public_cod
 def test_star_evaluate_raw_scores_the_plan_as_written(world, rewrite, broken):
     """`--raw` rewrites nothing: where the public code would crash on the plan, the official check fails with a
     reason; the default (normalised) evaluation reads the same plan as the good one it was made from."""
-    from components.travel.eval_commands import evaluate_file
+    from components.travel.commands import evaluate_file
 
     plan = rewrite(copy.deepcopy(GOOD_PLAN))
     (normalised,), _ = evaluate_file(world, [make_query()], {0: plan}, ("official",))

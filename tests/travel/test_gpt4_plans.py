@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
 from components.travel.plans import current_cities, parse_plan
-from components.travel.queries import Query
+from components.travel.tasks import Query
 
 CONSTRAINTS = {"house rule": "pets", "cuisine": ["Chinese", "Italian"], "room type": "entire room",
                "transportation": "no flight"}

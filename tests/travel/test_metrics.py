@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS, CheckResult, PlanEvaluation
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, CheckResult, PlanEvaluation
 from components.travel.metrics import summarize, summarize_modes
-from components.travel.queries import Query
+from components.travel.tasks import Query
 
 NO_CONSTRAINT = {"house rule": None, "cuisine": None, "room type": None, "transportation": None}
 
@@ -63,7 +63,7 @@ def test_aligned_list_form_and_the_file_contract():
 
 @pytest.mark.parametrize("answer", ["I could not find a plan, sorry.", "[{'days': 1, 'current_city'", "{}", "[]"])
 def test_an_answer_that_is_not_a_plan_is_not_delivered(tiny_world, answer):
-    from components.travel.evaluator import evaluate_plan
+    from components.travel.evaluate import evaluate_plan
 
     for mode in ("official", "strict"):
         result = evaluate_plan(tiny_world, query(0), answer, mode=mode)

@@ -2,7 +2,7 @@
 import pytest
 
 from components.errors import UserError
-from components.travel.eval_commands import read_plans
+from components.travel.commands import read_plans
 
 
 def write(tmp_path, text):

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from components.travel.env import TravelEnv
-from components.travel.protocol import parse_turn, system_prompt, tool_signature
-from components.travel.queries import Query
+from components.agent.tool_calls import tool_signature
+from components.travel.protocol import parse_turn, system_prompt
+from components.travel.tasks import Query
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.tools import TOOL_NAMES, TOOL_SCHEMAS
 from components.travel.world import World

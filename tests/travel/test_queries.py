@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from components.errors import UserError
-from components.travel.queries import (
+from components.travel.tasks import (
     Query,
     QueryError,
     dump_queries,

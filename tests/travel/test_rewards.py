@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, CheckResult, PlanEvaluation
-from components.travel.rewards import RewardWeights, curriculum_stage, reward
+from components.travel.evaluate import COMMONSENSE_CHECKS, CheckResult, PlanEvaluation
+from components.travel.reward import RewardWeights, curriculum_stage, reward
 
 
 def evaluation(cs_failing: int = 0, hard: dict | None = None, delivered: bool = True) -> PlanEvaluation:

@@ -14,7 +14,7 @@ pushed after every update by `weight_sync.VLLMWeightSync`).
 Token-in/token-out: ids are never re-derived from the rendered chat.
 
 What an episode is, how it is evaluated and which large objects its copies share come from the task source
-(`components/training/rl/sources.py`): the travel environment by default, or Tool-Star's.
+(`components.agent.environment.TaskSource`, one per environment kind: components/environments.py).
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ import time
 from dataclasses import dataclass, field
 
 from components.agent import loop
+from components.agent.environment import TaskSource
 from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
 from components.agent.hf import HFPolicy
 from components.agent.types import TurnResult
 from components.agent.vllm_backend import VLLMPolicy  # imports vllm itself only when an engine is built
 from components.training.rl.arpo import TurnInfo, segment_entropy
 from components.training.rl.optim import require_gpu_extra
-from components.training.rl.sources import TaskSource, TravelSource, default_env_factory  # noqa: F401 (re-export)
 
 
 def turn_entropies(result: TurnResult) -> list[float]:
@@ -61,19 +61,17 @@ def copy_running(state: loop.EpisodeState, *shared) -> loop.EpisodeState:
 
 
 class RolloutEngine:
-    """Multi-turn rollouts of RL queries with one policy backend, in the environment of a task source (`source`;
-    default: the travel environment over `world`, with `env_factory` making its episodes' environments)."""
+    """Multi-turn rollouts of a task source's records (`source`: an environment's, from components/environments.py)
+    with one policy backend."""
 
-    def __init__(self, policy, tokenizer, world, limits: loop.Limits, failure_rate: float = 0.0, seed: int = 0,
-                 entropy_tokens: int = 20, env_factory=None, source: TaskSource | None = None):
+    def __init__(self, policy, tokenizer, source: TaskSource, limits: loop.Limits, seed: int = 0,
+                 entropy_tokens: int = 20):
         self.policy = policy
         self.tokenizer = tokenizer
-        self.world = world
         self.limits = limits
-        self.failure_rate = failure_rate
         self.seed = seed
         self.entropy_tokens = entropy_tokens
-        self.source = source or TravelSource(world, env_factory=env_factory or default_env_factory)
+        self.source = source
         self.step = 0
         self._counter = 0
         self.evaluation_seconds = 0.0  # time spent in the evaluator (the reward share of rollout time)
@@ -91,7 +89,7 @@ class RolloutEngine:
         """A fresh episode of `query` with its own environment seed."""
         self._counter += 1
         env_seed = (self.seed * 1_000_003 + self.step * 10_007 + self._counter) % (2**31)
-        episode = self.source.episode(query, self.failure_rate, env_seed)
+        episode = self.source.episode(query, env_seed)
         episode.episode_id = f"s{self.step}-q{self.source.key(query)}-e{self._counter}"
         return episode
 

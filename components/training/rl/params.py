@@ -48,7 +48,7 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 class RewardParams(Params):
-    """How a strict evaluation becomes a scalar reward (the kinds and components: `components.travel.rewards`)."""
+    """How a strict evaluation becomes a scalar reward (the kinds and components: `components.travel.reward`)."""
 
     kind: Literal["sum", "macro", "success", "curriculum"] = "sum"
     format_reward: float = 0.0  # for no parseable plan or a protocol failure (0 by default; may be negative)
@@ -124,12 +124,12 @@ class RolloutParams(LimitsParams, DecoderParams):
 
 
 class EnvParams(Params):
-    """The environment RL rolls out in (components/training/rl/sources.py)."""
+    """The environment RL rolls out in: a kind of the registry (components/environments.py)."""
 
     # travel: TravelPlanner queries (--world, --queries), the strict evaluator and the STAR reward kinds;
     # toolstar: Tool-Star tasks (--queries is the task file, --qa the corpus, --toolstar-params the retriever and
-    # sandbox) and Tool-Star's reward (rl.reward is travel's and is not read)
-    kind: Literal["travel", "toolstar"] = "travel"
+    # sandbox) and Tool-Star's reward (rl.reward is travel's and is not read); qa: questions (--queries) over --qa
+    kind: str = "travel"  # checked against the registry when the run loads its task source
     failure_rate: float = Field(0.0, ge=0, le=1)  # injected tool failures (environment-stability ablation; travel)
 
 
@@ -286,19 +286,20 @@ class RLParams(Params):
         return self
 
     @model_validator(mode="after")
-    def _toolstar_knobs(self) -> "RLParams":
-        if self.env.kind == "toolstar" and self.env.failure_rate > 0:
-            raise ValueError("env.failure_rate injects travel tool failures; it must be 0 with env.kind: toolstar")
-        if self.env.kind == "toolstar" and self.eval.every is not None:
+    def _travel_only_knobs(self) -> "RLParams":
+        kind = self.env.kind
+        if kind != "travel" and self.env.failure_rate > 0:
+            raise ValueError(f"env.failure_rate injects travel tool failures; it must be 0 with env.kind: {kind}")
+        if kind != "travel" and self.eval.every is not None:
             raise ValueError("eval.every (greedy held-out evaluation during training) runs the travel validation; "
-                             "set eval.every: null with env.kind: toolstar (score checkpoints with "
-                             "`star toolstar eval`)")
+                             f"set eval.every: null with env.kind: {kind} (score checkpoints with the environment's "
+                             "evaluation stage, e.g. `star toolstar eval`)")
         return self
 
     @property
     def reward_kind(self) -> str:
-        """The reward a run trains on: the STAR kind (travel) or "toolstar"."""
-        return self.reward.kind if self.env.kind == "travel" else "toolstar"
+        """The reward a run trains on: the STAR kind (travel) or the environment's own (its kind)."""
+        return self.reward.kind if self.env.kind == "travel" else self.env.kind
 
     @property
     def group_size(self) -> int:

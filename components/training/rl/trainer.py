@@ -6,8 +6,8 @@ Per step:
   2. roll out G trajectories per query through the shared agent loop (ARPO: entropy-guided branching; AEPO: the
      same tree with entropy pre-monitoring and a consecutive-branch penalty; DAPO: dynamic sampling until the batch
      holds informative groups);
-  3. score each trajectory with the strict evaluator and the STAR reward (kind from params; progress = step/total),
-     or, with `rl.env.kind: toolstar`, with Tool-Star's reward (the task source, components/training/rl/sources.py);
+  3. score each trajectory with the task source of `rl.env.kind` (components/environments.py; travel: the strict
+     evaluator and the STAR reward kind from params, progress = step/total; toolstar: Tool-Star's reward);
   4. group-relative advantages;
   5. PPO-style update(s) with gradient accumulation, grad clipping and the LR schedule; push weights to the engine;
   6. append a row to plots/rl/rewards.csv, checkpoint every k steps, then log every metric to MLflow (after the
@@ -33,8 +33,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from components import environments
+from components.agent.environment import SourceInputs, TaskSource
 from components.errors import UserError
-from components.evaluation.validate import run_validation
+from components.evaluation.validate import eval_check_names, load_held_out_queries, run_validation
 from components.models.checkpoints import save_checkpoint as save_hf
 from components.models.checkpoints import write_manifest
 from components.models.loading import load_policy_model, load_tokenizer, resolve_device, resolve_dtype
@@ -50,24 +52,13 @@ from components.training.rl.fsdp import FSDPOptimizer
 from components.training.rl.lora import attach_lora, merged_model, save_adapters
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
-from components.training.rl.rewards import TrajectoryReward, check_pass_rates, trajectory_reward
-from components.training.rl.sources import (
-    TRAVEL_REWARD_COLUMNS,
-    TaskSource,
-    ToolStarSource,
-    TravelSource,
-    load_toolstar_source,
-)
+from components.training.rl.rewards import TrajectoryReward, trajectory_reward
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
 from components.training.rl.weight_sync import ModuleWeightSync, NoWeightSync, VLLMWeightSync, build_weight_sync
-from components.travel.evaluator import COMMONSENSE_CHECKS, HARD_CHECKS
-from components.travel.queries import Query, level_stratified_prefix, load_queries
-from components.travel.world import World
 
 if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-REWARD_COLUMNS = TRAVEL_REWARD_COLUMNS  # rewards.csv of a travel run (a task source names its own)
 EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass"]
 LogFn = Callable[[dict, int], None]
 TagFn = Callable[[dict], None]
@@ -166,13 +157,13 @@ def reward_metrics(scored: list[Scored]) -> dict[str, float]:
     return out
 
 
-def csv_row(step: int, metrics: dict[str, float], columns: list[str] = REWARD_COLUMNS) -> dict[str, float]:
+def csv_row(step: int, metrics: dict[str, float], columns: list[str]) -> dict[str, float]:
     """The plots/rl/rewards.csv row of a step: `columns` (the task source's) from the step's `reward/*` metrics."""
     row = {"step": step, "reward": metrics.get("reward/mean", 0.0), "reward_std": metrics.get("reward/std", 0.0)}
     return {k: row[k] if k in row else metrics.get(f"reward/{k}", 0.0) for k in columns}
 
 
-def write_rewards_csv(path: Path, rows: list[dict], columns: list[str] = REWARD_COLUMNS) -> None:
+def write_rewards_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
     """Rewrite the reward curve from the history (the rows of the checkpoint a run resumed from)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
@@ -191,7 +182,7 @@ def append_rewards_csv(path: Path, row: dict) -> None:
 
 def eval_columns() -> list[str]:
     """plots/rl/eval.csv's columns: the step, the strict set metrics and each check's pass rate."""
-    return ["step", *EVAL_METRICS, *COMMONSENSE_CHECKS, *HARD_CHECKS]
+    return ["step", *EVAL_METRICS, *eval_check_names()]
 
 
 def evaluation_due(step: int, every: int | None, last_step: int) -> bool:
@@ -212,24 +203,17 @@ def eval_metrics(row: dict) -> dict[str, float]:
             for key, value in row.items() if key != "step" and value is not None}
 
 
-def load_eval_queries(params: RLParams, paths: RLPaths) -> list[Query] | None:
+def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
     """The held-out queries of `rl.eval` (None when it is off), level-stratified to `rl.eval.max_queries`."""
     if params.eval.every is None:
         return None
-    if paths.eval_queries is None or not Path(paths.eval_queries).exists():
-        raise UserError(f"rl.eval.every is {params.eval.every} but the held-out query file {paths.eval_queries} does "
-                        "not exist: pass --eval-queries data/queries/val.jsonl (made by `dvc repro queries`), or "
-                        "set rl.eval.every: null")
-    queries = load_queries(paths.eval_queries)
-    if not queries:
-        raise UserError(f"held-out query file {paths.eval_queries} holds no queries (rl.eval)")
-    return level_stratified_prefix(queries, params.eval.max_queries) if params.eval.max_queries else queries
+    return load_held_out_queries(paths.eval_queries, params.eval.max_queries)
 
 
-def evaluate_greedy(engine: RolloutEngine, queries: list[Query]) -> dict:
+def evaluate_greedy(engine: RolloutEngine, queries: list) -> dict:
     """The strict validation summary of the engine's policy decoded greedily on `queries` (the validate stage's
     episodes, limits of the rollouts)."""
-    _, metrics = run_validation(engine.world, queries, greedy_policy(engine.policy), engine.limits,
+    _, metrics = run_validation(engine.source.world, queries, greedy_policy(engine.policy), engine.limits,
                                 tokenizer=engine.tokenizer, progress=False)
     return metrics["strict"]
 
@@ -245,9 +229,9 @@ def write_eval_csv(path: Path, rows: list[dict]) -> None:
 # ---- rollouts ------------------------------------------------------------------------------------------------
 
 def score_groups(groups: list[list[dict]], params: RLParams, progress: float,
-                 reward: Callable[[dict, RLParams, float], TrajectoryReward] = trajectory_reward) -> list[list[Scored]]:
-    """Each rollout with its reward (`reward`: the task source's; travel's STAR reward by default)."""
-    return [[Scored(r, reward(r, params, progress)) for r in group] for group in groups]
+                 source: TaskSource) -> list[list[Scored]]:
+    """Each rollout with its reward (the task source's, plus the overlong shaping)."""
+    return [[Scored(r, trajectory_reward(source, r, params, progress)) for r in group] for group in groups]
 
 
 def group_task_rewards(group: list[Scored]) -> list[float]:
@@ -256,7 +240,7 @@ def group_task_rewards(group: list[Scored]) -> list[float]:
     return [s.reward.task for s in group]
 
 
-def branching_groups(engine: RolloutEngine, queries: list[Query], params: RLParams, rng: random.Random) -> ArpoGroups:
+def branching_groups(engine: RolloutEngine, queries: list, params: RLParams, rng: random.Random) -> ArpoGroups:
     """The step's groups from the branching tree: AEPO's rule and budget split when `aepo.enabled`, else ARPO's."""
     arpo, aepo = params.arpo, params.aepo
     if aepo.enabled:
@@ -267,7 +251,7 @@ def branching_groups(engine: RolloutEngine, queries: list[Query], params: RLPara
                          alpha=arpo.alpha, beta=arpo.beta, rng=rng)
 
 
-def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: Callable[[int], list[Query]],
+def collect_rollouts(engine: RolloutEngine, queries: list, next_queries: Callable[[int], list],
                      params: RLParams, progress: float, rng: random.Random, ranks: Ranks = SINGLE) -> StepBatch:
     """The step's scored groups, by the algorithm's sampling rule: `queries` are this rank's share of the step, and
     `next_queries(n)` this rank's share of the next n queries of the cursor (DAPO's extra rounds, decided over the
@@ -277,7 +261,7 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
     if params.arpo.enabled:
         result = branching_groups(engine, queries, params, rng)
         records = [[ep.record for ep in group] for group in result.groups]
-        batch.groups = score_groups(records, params, progress, engine.source.reward)
+        batch.groups = score_groups(records, params, progress, engine.source)
         batch.extra.update({**result.stats.as_metrics(), **result.extra})
     elif params.dynamic_sampling.enabled:
         pending = [list(queries)]
@@ -285,7 +269,7 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
         def sample(n: int) -> list[list[Scored]]:
             chosen = pending.pop() if pending else next_queries(n)
             groups = score_groups(engine.groups(chosen[:n], params.num_generations), params, progress,
-                                  engine.source.reward)
+                                  engine.source)
             batch.sampled.extend(groups)
             return groups
 
@@ -297,7 +281,7 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
                             "dapo/dropped_groups": result.dropped_groups, "dapo/kept_groups": len(result.groups)})
     else:
         batch.groups = score_groups(engine.groups(queries, params.num_generations), params, progress,
-                                    engine.source.reward)
+                                    engine.source)
     if not params.dynamic_sampling.enabled:
         batch.sampled = batch.groups
     batch.rollout_seconds = time.perf_counter() - start
@@ -306,30 +290,16 @@ def collect_rollouts(engine: RolloutEngine, queries: list[Query], next_queries: 
 
 # ---- setting up a run ----------------------------------------------------------------------------------------
 
-def load_world_and_queries(paths: RLPaths, max_queries: int | None = None) -> tuple[World, list[Query]]:
-    """The world and the RL queries (the first `max_queries` of them at the file's level mix, when set)."""
-    if not paths.queries.exists():
-        raise UserError(f"RL query file {paths.queries} does not exist (run the `queries` stage: dvc repro queries)")
-    if not paths.world.exists():
-        raise UserError(f"world directory {paths.world} does not exist (run the `world` stage: dvc repro world)")
-    queries = load_queries(paths.queries)
-    if not queries:
-        raise UserError(f"RL query file {paths.queries} holds no queries")
-    if max_queries is not None:
-        queries = level_stratified_prefix(queries, max_queries)
-    return World.load(paths.world), queries
+def source_inputs(params: RLParams, paths: RLPaths) -> SourceInputs:
+    """What the environment of `rl.env.kind` reads: the task file and the environment's other inputs."""
+    files = {"world": paths.world, "qa": paths.qa, "params": paths.toolstar_params}
+    return SourceInputs(tasks=paths.queries, files=files, max_items=params.max_queries, failure_rate=params.env.failure_rate,
+                        reward=params.reward.model_dump(mode="json"))
 
 
 def load_task_source(params: RLParams, paths: RLPaths) -> TaskSource:
-    """The run's task source (`rl.env.kind`) holding the records it draws: the world and RL queries (travel), or
-    the Tool-Star tasks of `paths.queries` with their search tool and sandbox (toolstar)."""
-    if params.env.kind == "toolstar":
-        if paths.qa is None or paths.toolstar_params is None:
-            raise UserError("rl.env.kind is toolstar: pass --qa (the search tool's corpus folder, data/qa) and "
-                            "--toolstar-params (params/toolstar.yaml)")
-        return load_toolstar_source(paths.toolstar_params, paths.qa, paths.queries, params.max_queries)
-    world, queries = load_world_and_queries(paths, params.max_queries)
-    return TravelSource(world, queries)
+    """The run's task source: the records of `rl.env.kind`'s environment it draws (components/environments.py)."""
+    return environments.load_source(params.env.kind, source_inputs(params, paths))
 
 
 @dataclass
@@ -347,10 +317,10 @@ class Parts:
     adapters: object = None  # rl.lora: the PeftModel owning the adapters (checkpoints hold them alone)
 
 
-def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: Path, total_steps: int,
-                device: str, tasks: TaskSource | None = None, ranks: Ranks = SINGLE) -> Parts:
+def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Path, total_steps: int,
+                device: str, ranks: Ranks = SINGLE) -> Parts:
     """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser,
-    the rollout policy and engine (in the environment of `tasks`; default: travel over `world`), and the weight sync
+    the rollout policy and engine (in the environment of the task source `tasks`), and the weight sync
     between them."""
     # The plain torch optimiser steps float32 master weights and the update computes in rl.dtype under autocast
     # (bf16 weights under plain AdamW lose small updates: at lr 1e-6 one step moves ~2% of them); DeepSpeed's bf16
@@ -386,8 +356,7 @@ def build_parts(params: RLParams, paths: RLPaths, world: World | None, source: P
         else optimizer.unwrap()
     policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device)
     limits = params.rollout.to_limits()
-    engine = RolloutEngine(policy, tokenizer, world, limits, failure_rate=params.env.failure_rate, seed=seed,
-                           entropy_tokens=params.arpo.entropy_tokens, source=tasks)
+    engine = RolloutEngine(policy, tokenizer, tasks, limits, seed=seed, entropy_tokens=params.arpo.entropy_tokens)
     config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
                           loss_type=params.loss_type, max_completion_length=params.max_completion_length,
                           num_iterations=params.num_iterations, mini_batch_size=params.mini_batch_size,
@@ -410,7 +379,7 @@ class TrainingRun:
     """What `train` carries from step to step: the data, the parts, where it resumed and the curves so far."""
 
     queries: list  # the task source's records (travel: Query; toolstar: Task)
-    held_out: list[Query] | None  # the queries of `rl.eval` (None: off)
+    held_out: list | None  # the queries of `rl.eval` (None: off)
     total_steps: int
     fingerprint: dict[str, str]  # the inputs' hashes that every checkpoint of the run records
     parts: Parts
@@ -430,20 +399,17 @@ class TrainingRun:
         return max_minutes is not None and time.perf_counter() - self.started > max_minutes * 60
 
 
-def input_fingerprint(params: RLParams, paths: RLPaths, tasks: TaskSource | None = None) -> dict[str, str]:
+def input_fingerprint(params: RLParams, paths: RLPaths, tasks: TaskSource) -> dict[str, str]:
     """What a run trains from, hashed: the params (less the throughput knobs and budgets of
-    `ckpt.RESUMABLE_PARAM_CHANGES`), the input model, the world and the RL queries; a Tool-Star run: the params with
-    the toolstar settings its episodes depend on, the model, the task file and the search corpus. A run resumes only
-    from a checkpoint with the same fingerprint."""
+    `ckpt.RESUMABLE_PARAM_CHANGES`) as the task source keys them, the input model and the source's input files (travel:
+    the world and the RL queries; Tool-Star: the task file and the search corpus). A run resumes only from a checkpoint
+    with the same fingerprint; the held-out queries of rl.eval only log, so turning the evaluation on or off keeps
+    the checkpoints."""
     dump = params.model_dump(mode="json")
     if params.distributed.strategy == "fsdp2":  # its sharded checkpoints load onto any number of processes
         dump["distributed"].pop("processes")
-    if isinstance(tasks, ToolStarSource):
-        return ckpt.fingerprint({**dump, "toolstar": tasks.settings}, {
-            "model": paths.model, "tasks": paths.queries, "corpus": tasks.corpus})
-    dump["env"].pop("kind")  # a travel run hashes as before env.kind existed
-    # the held-out queries of rl.eval only log: turning the evaluation on or off keeps the checkpoints
-    return ckpt.fingerprint(dump, {"model": paths.model, "world": paths.world, "queries": paths.queries})
+    keyed, files = tasks.fingerprint(dump)
+    return ckpt.fingerprint(keyed, {"model": paths.model, **files})
 
 
 def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) -> TrainingRun:
@@ -461,8 +427,7 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     inputs = input_fingerprint(params, paths, tasks=tasks)
     resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks,
                                           reshardable=params.distributed.strategy == "fsdp2")
-    parts = build_parts(params, paths, getattr(tasks, "world", None), resume_dir or paths.model, total_steps,
-                        device, tasks=tasks, ranks=ranks)
+    parts = build_parts(params, paths, tasks, resume_dir or paths.model, total_steps, device, ranks=ranks)
     if resume_dir is not None:
         parts.optimizer.load(resume_dir)
         if int(state.extra.get(WORLD_SIZE_KEY, 1)) == ranks.size:
@@ -566,7 +531,7 @@ def reference_logprobs(parts: Parts, rollouts: list[Rollout]) -> list[list[float
 
 
 def step_metrics(batch: StepBatch, stats: dict, seconds: dict[str, float], trained: int,
-                 checks: Callable[[list[dict]], dict[str, float]] = check_pass_rates) -> dict[str, float]:
+                 checks: Callable[[list[dict]], dict[str, float]]) -> dict[str, float]:
     """Every metric logged per step: rewards over every sampled trajectory (DAPO's dropped groups included),
     episodes, check pass rates, the update's statistics, times, throughput and batch sizes."""
     everything = [s for group in batch.sampled for s in group]

@@ -85,7 +85,7 @@ def test_equal_entropies_leave_the_advantages_alone():
 def sum_reward_values() -> set[float]:
     """Every SUM reward a delivered plan can earn (equal weights): cs_micro k/8, hard_micro j/n over the n
     applicable hard checks (valid_cost always applies), and the three 0/1 components, through the reward function."""
-    from components.travel.rewards import RewardWeights, _weighted_mean, COMPONENTS
+    from components.travel.reward import RewardWeights, _weighted_mean, COMPONENTS
 
     values = set()
     for k in range(9):

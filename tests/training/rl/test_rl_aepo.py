@@ -101,12 +101,12 @@ def test_the_aepo_algorithm_runs_on_arpos_tree_and_needs_it():
 
 def test_the_update_config_turns_on_aepos_objective_only_under_aepo(tmp_path, tiny_model_dir, tiny_world_dir,
                                                                    rl_queries_path):
-    from components.training.rl.trainer import RLPaths, build_parts, load_world_and_queries
+    from components.training.rl.trainer import RLPaths, build_parts, load_task_source
 
     paths = RLPaths(model=tiny_model_dir, world=tiny_world_dir, queries=rl_queries_path, out=tmp_path / "out",
                     checkpoints=tmp_path / "ckpt", metrics=tmp_path / "m.json", plots=tmp_path / "plots")
-    world, _ = load_world_and_queries(paths)
-    configs = {algorithm: build_parts(RLParams.model_validate({"algorithm": algorithm}), paths, world, tiny_model_dir,
+    tasks = load_task_source(RLParams(), paths)
+    configs = {algorithm: build_parts(RLParams.model_validate({"algorithm": algorithm}), paths, tasks, tiny_model_dir,
                                       total_steps=1, device="cpu").update_config for algorithm in ("arpo", "aepo")}
     assert (configs["arpo"].entropy_clipping, configs["arpo"].entropy_advantage_coef) == (False, 0.0)
     assert (configs["aepo"].entropy_clipping, configs["aepo"].entropy_advantage_coef) == (True, 0.2)

@@ -54,15 +54,17 @@ def test_dynamic_sampling_drops_failed_episodes_that_differ_only_in_length():
     from components.training.rl.params import RLParams
     from components.training.rl.rewards import trajectory_reward
     from components.training.rl.trainer import collect_rollouts
+    from components.travel.source import TravelSource
 
     params = RLParams.model_validate({"algorithm": "dapo", "num_generations": 4, "queries_per_step": 1,
                                       "dynamic_sampling": {"max_extra_rounds": 0},
                                       "overlong": {"max_tokens": 100, "cache_tokens": 50}})
     failed = [{"plan": None, "termination": "turn_limit", "response_mask": [1] * length}
               for length in (10, 20, 30, 90)]
-    totals = [trajectory_reward(r, params, 0.0).total for r in failed]
+    source = TravelSource(world=None, reward_settings=params.reward.model_dump(mode="json"))
+    totals = [trajectory_reward(source, r, params, 0.0).total for r in failed]
     assert len(set(totals)) == 2  # the long one carries an overlong penalty: the totals differ
-    engine = SimpleNamespace(groups=lambda queries, g: [failed], source=SimpleNamespace(reward=trajectory_reward))
+    engine = SimpleNamespace(groups=lambda queries, g: [failed], source=source)
     batch = collect_rollouts(engine, ["query"], lambda n: ["query"] * n, params, 0.0, random.Random(0))
     assert batch.groups == []
     assert batch.extra["dapo/dropped_groups"] == 1 and batch.extra["dapo/kept_groups"] == 0

@@ -7,7 +7,8 @@ from components.agent import loop
 from components.training.rl.arpo import arpo_rollouts
 from components.training.rl.engine import RolloutEngine, turn_entropies
 from components.agent.types import TurnResult
-from components.travel.queries import load_queries
+from components.travel.source import TravelSource
+from components.travel.tasks import load_queries
 
 from .test_rl_masks import ScriptedTokenPolicy, call
 
@@ -26,7 +27,7 @@ def queries(rl_queries_path):
 
 def engine_for(tiny_world, tokenizer, script, **kwargs):
     limits = loop.Limits(max_turns=len(script), max_tokens_per_turn=64, max_context_tokens=20000)
-    return RolloutEngine(ScriptedTokenPolicy(tokenizer, script), tokenizer, tiny_world, limits, **kwargs)
+    return RolloutEngine(ScriptedTokenPolicy(tokenizer, script), tokenizer, TravelSource(tiny_world), limits, **kwargs)
 
 
 def test_groups_roll_out_g_evaluated_trajectories_per_query(tiny_world, tokenizer, queries):

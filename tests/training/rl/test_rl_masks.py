@@ -13,7 +13,7 @@ from components.agent.types import TurnResult
 from components.training.rl.losses import policy_loss
 from components.training.rl.update import Rollout, pad_batch, rollout_from_record, sequence_logprobs
 from components.travel.env import TravelEnv
-from components.travel.queries import load_queries
+from components.travel.tasks import load_queries
 
 SAMPLED_LOGPROB = -0.5
 

@@ -9,7 +9,7 @@ import yaml
 
 from components.training.rl.params import RLParams
 from components.training.rl.plan import KNOWN, architecture_from_config, make_plan
-from components.training.rl_commands import plan_text
+from components.training.commands import plan_text
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,8 +1,16 @@
-"""From a rollout record to its reward: strict evaluation -> STAR reward kind -> overlong shaping."""
+"""From a rollout record to its reward: strict evaluation -> STAR reward kind (the travel task source) -> overlong
+shaping (the trainer's)."""
 import pytest
 
 from components.training.rl.params import RLParams
-from components.training.rl.rewards import check_pass_rates, strict_evaluation, trajectory_reward
+from components.training.rl.rewards import trajectory_reward as shaped_reward
+from components.travel.source import TravelSource, check_pass_rates, strict_evaluation
+
+
+def trajectory_reward(record: dict, params: RLParams, progress: float):
+    """The reward RL trains on for a travel rollout under `params`."""
+    source = TravelSource(world=None, reward_settings=params.reward.model_dump(mode="json"))
+    return shaped_reward(source, record, params, progress)
 
 
 def record_with(evaluation: dict, termination="answer", sampled=10) -> dict:
@@ -52,7 +60,7 @@ def test_overlong_shaping_is_added_on_the_sampled_length():
 
 
 def test_strict_evaluation_of_a_missing_plan_fails_every_applicable_check(tiny_world, rl_queries_path):
-    from components.travel.queries import load_queries
+    from components.travel.tasks import load_queries
 
     query = load_queries(rl_queries_path)[0]
     evaluation = strict_evaluation(tiny_world, query, {"plan": None})

@@ -1,5 +1,5 @@
 """RL on Tool-Star tasks (`rl.env.kind: toolstar`): the same engine, trainer and checkpoints, with Tool-Star's
-environment and reward behind the task source (components/training/rl/sources.py)."""
+environment and reward behind its task source (components/toolstar/source.py, through components/environments.py)."""
 from __future__ import annotations
 
 import csv
@@ -11,10 +11,11 @@ import yaml
 
 from components.agent import loop
 from components.toolstar.sandbox import SandboxResult
+from components.toolstar.source import REWARD_COLUMNS as TOOLSTAR_REWARD_COLUMNS
+from components.toolstar.source import ToolStarSource
 from components.toolstar.tasks import Task, generate_tasks, write_tasks
 from components.training.rl.engine import RolloutEngine
 from components.training.rl.params import RLParams
-from components.training.rl.sources import TOOLSTAR_REWARD_COLUMNS, ToolStarSource
 from components.training.rl.trainer import RLPaths, score_groups, train
 
 from .test_rl_masks import ScriptedTokenPolicy
@@ -49,7 +50,7 @@ def tokenizer(tiny_model_dir):
 def toolstar_engine(tokenizer, tasks, script) -> RolloutEngine:
     source = ToolStarSource(tasks, OnePassage(), PrintsTwo())
     limits = loop.Limits(max_turns=len(script), max_tokens_per_turn=64, max_context_tokens=20000)
-    return RolloutEngine(ScriptedTokenPolicy(tokenizer, script), tokenizer, None, limits, source=source)
+    return RolloutEngine(ScriptedTokenPolicy(tokenizer, script), tokenizer, source, limits)
 
 
 def test_toolstar_rollouts_are_scored_by_tool_stars_reward(tokenizer):
@@ -57,7 +58,7 @@ def test_toolstar_rollouts_are_scored_by_tool_stars_reward(tokenizer):
              Task(id="wrong", question="What is 1 + 2?", answer="3", kind="compute")]
     engine = toolstar_engine(tokenizer, tasks, [SEARCH, PYTHON, ANSWER])
     engine.begin_step(1)
-    groups = score_groups(engine.groups(tasks, 2), RLParams(env={"kind": "toolstar"}), 0.0, engine.source.reward)
+    groups = score_groups(engine.groups(tasks, 2), RLParams(env={"kind": "toolstar"}), 0.0, engine.source)
     rewards = [[s.reward.total for s in group] for group in groups]
     assert rewards == [[1.1, 1.1], [0.0, 0.0]]  # right with both tools: 1 + 0.1; well-formed but wrong: 0
     right = groups[0][0]
@@ -72,7 +73,7 @@ def test_a_malformed_answer_gets_tool_stars_format_penalty(tokenizer):
     engine = toolstar_engine(tokenizer, [task], ["<answer> \\boxed{2} </answer>"])  # no <think>: bad format
     engine.begin_step(1)
     ((scored,),) = score_groups(engine.groups([task], 1), RLParams(env={"kind": "toolstar"}), 0.0,
-                                engine.source.reward)
+                                engine.source)
     assert scored.reward.total == -1.0 and scored.reward.format_applied
 
 
@@ -102,8 +103,8 @@ def test_toolstar_params_keep_travel_only_knobs_off():
 @pytest.fixture(scope="module")
 def toolstar_inputs(tmp_path_factory) -> tuple[Path, Path, Path]:
     """(qa dir with a small generated corpus, a Tool-Star task file drawn from it, params/toolstar.yaml)."""
-    from components.evaluation.qa.corpus import build_encyclopedia
-    from components.evaluation.qa.datasets import dump_jsonl
+    from components.qa.corpus import build_encyclopedia
+    from components.qa.tasks import dump_jsonl
 
     root = tmp_path_factory.mktemp("toolstar_rl")
     encyclopedia = build_encyclopedia(num_people=30, num_towns=8, num_organisations=5, questions_per_dataset=1,
@@ -166,7 +167,7 @@ def test_the_toolstar_rl_stage_reads_its_own_params_section():
 
     from components.params import load_section
     from components.training.commands import registered_name
-    from components.training.rl_commands import register
+    from components.training.commands import register_rl as register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

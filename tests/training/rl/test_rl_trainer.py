@@ -17,7 +17,7 @@ import pytest
 
 from components.training.rl.checkpoint import complete_checkpoints, load_state
 from components.training.rl.params import RLParams
-from components.training.rl.trainer import RLPaths, load_world_and_queries, train
+from components.training.rl.trainer import RLPaths, load_task_source, train
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -120,6 +120,13 @@ def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(chang
     assert f"{expected} changed" in (kept / "REASON.txt").read_text()
 
 
+def fingerprint_of(params: RLParams, paths: RLPaths) -> dict[str, str]:
+    """The fingerprint a run of `params` over `paths` gives its checkpoints."""
+    from components.training.rl.trainer import input_fingerprint
+
+    return input_fingerprint(params, paths, load_task_source(params, paths))
+
+
 @pytest.mark.parametrize("knob", [
     {"micro_batch_size": 8}, {"device": "cuda"}, {"eval": {"every": 5, "max_queries": 3}},
     {"rollout": {"max_batch_size": 2, "chunk_tokens": 64, "backend": "vllm", "gpu_memory_utilization": 0.6,
@@ -130,22 +137,18 @@ def test_throughput_knobs_keep_the_fingerprint_so_a_checkpoint_still_resumes(kno
                                                                              tiny_world_dir, rl_queries_path):
     """Batch sizes of rollouts and micro-batches, the device, gradient checkpointing and the logging evaluation
     change how fast a run goes, not what it learns: its checkpoints stay resumable."""
-    from components.training.rl.trainer import input_fingerprint
-
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    base = input_fingerprint(RLParams.model_validate(TINY), paths)
-    assert input_fingerprint(RLParams.model_validate(tiny_with(knob)), paths) == base
+    base = fingerprint_of(RLParams.model_validate(TINY), paths)
+    assert fingerprint_of(RLParams.model_validate(tiny_with(knob)), paths) == base
 
 
 @pytest.mark.parametrize("knob", [{"learning_rate": 1e-6}, {"num_generations": 8}, {"mini_batch_size": 2},
                                   {"rollout": {"temperature": 0.7}}, {"dtype": "bfloat16"}, {"seed": 3}])
 def test_what_changes_learning_changes_the_fingerprint(knob, tmp_path, tiny_model_dir, tiny_world_dir,
                                                        rl_queries_path):
-    from components.training.rl.trainer import input_fingerprint
-
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    assert input_fingerprint(RLParams.model_validate(tiny_with(knob)), paths)["params"] != \
-        input_fingerprint(RLParams.model_validate(TINY), paths)["params"]
+    assert fingerprint_of(RLParams.model_validate(tiny_with(knob)), paths)["params"] != \
+        fingerprint_of(RLParams.model_validate(TINY), paths)["params"]
 
 
 @pytest.mark.slow
@@ -162,7 +165,7 @@ def test_a_longer_budget_or_another_time_limit_still_resumes(tmp_path, tiny_mode
 def test_max_queries_trains_on_a_prefix_of_the_query_file(tmp_path, tiny_model_dir, tiny_world_dir,
                                                        rl_queries_path):
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    _, queries = load_world_and_queries(paths, max_queries=2)
+    queries = load_task_source(RLParams.model_validate({**TINY, "max_queries": 2}), paths).items
     assert [q.idx for q in queries] == [0, 1]
     params = RLParams.model_validate({**TINY, "max_queries": 2, "max_steps": None, "epochs": 2})
     summary = train(params, paths, progress_bar=False)
@@ -177,8 +180,8 @@ def test_the_stage_trains_every_weight_of_the_policy(tmp_path, tiny_model_dir, t
     from components.training.rl.trainer import build_parts
 
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    world, _ = load_world_and_queries(paths)
-    parts = build_parts(RLParams.model_validate(TINY), paths, world, tiny_model_dir, total_steps=1, device="cpu")
+    params = RLParams.model_validate(TINY)
+    parts = build_parts(params, paths, load_task_source(params, paths), tiny_model_dir, total_steps=1, device="cpu")
     model = parts.optimizer.unwrap()
     optimized = {id(p) for group in parts.optimizer.optimizer.param_groups for p in group["params"]}
     assert optimized == {id(p) for p in model.parameters()}
@@ -450,13 +453,12 @@ def test_the_plain_optimiser_steps_float32_master_weights_when_rl_computes_in_bf
 
     from components.training.rl.trainer import RLPaths, build_parts
     from components.training.rl.update import Rollout, update_policy
-    from components.travel.world import World
 
     params = RLParams.model_validate({"dtype": "bfloat16", "learning_rate": 1e-6, "device": "cpu",
                                       "rollout": {"backend": "hf"}})
     paths = RLPaths(model=tiny_model_dir, world=tiny_world_dir, queries=rl_queries_path, out=tmp_path / "out",
                     checkpoints=tmp_path / "ckpt", metrics=tmp_path / "rl.json", plots=tmp_path / "plots")
-    parts = build_parts(params, paths, World.load(tiny_world_dir), tiny_model_dir, total_steps=1, device="cpu")
+    parts = build_parts(params, paths, load_task_source(params, paths), tiny_model_dir, total_steps=1, device="cpu")
     model = parts.optimizer.unwrap()
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert parts.update_config.autocast_dtype == torch.bfloat16

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from components.travel.evaluator import COMMONSENSE_CHECKS, PlanEvaluation
+from components.travel.evaluate import COMMONSENSE_CHECKS, PlanEvaluation
 
 KINDS = ("sum", "macro", "success", "curriculum")
 COMPONENTS = ("cs_micro", "hard_micro", "cs_macro", "hard_macro", "success")

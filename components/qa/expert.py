@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from components.agent.types import TurnRequest, TurnResult
-from components.evaluation.qa.corpus import BRIDGES, RELATIONS
+from components.qa.corpus import BRIDGES, RELATIONS
 
 _SUBJECT = "(?P<subject>.+?)"
 _DOC_TITLE = re.compile(r"^Doc 1\(Title: (?P<title>[^)]*)\)", re.MULTILINE)

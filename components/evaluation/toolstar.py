@@ -1,5 +1,5 @@
-"""The Tool-Star branch's data: the task sets (`star toolstar tasks`) and the expert's SFT records (`star toolstar
-teach`).
+"""The Tool-Star branch's stages: the task sets (`star toolstar tasks`), the expert's SFT records (`star toolstar
+teach`) and a checkpoint's evaluation (`star toolstar eval`, `evaluate_checkpoint`).
 
 Tasks: `generate_tasks` (components/toolstar/tasks.py) draws the SFT and validation tasks in ONE call over the QA
 stage's encyclopedia, so no question is in both; `split_tasks` then takes the validation tasks out (the first of
@@ -7,11 +7,11 @@ each kind in the drawn order) and leaves the rest to SFT. Ids stay those of the 
 The draw depends on the total counts: changing `val` changes the SFT tasks too.
 
 SFT records: the programmatic expert (`ToolStarExpertPolicy`) solves the SFT tasks through the agent loop in
-`ToolStarEnv` with the real sandbox (`toolstar_rollout.run_toolstar`); an episode is kept when Tool-Star's reward is
-positive (the format passes and the answer scores) and its conversation is new. A kept episode becomes a chat record
-in the sft_data stage's shape (docs/contracts.md, "SFT record"), so `star sft` reads it unchanged: its assistant
-turns are trained unless the environment answered one with an error (a malformed turn, a call over the limit), and
-tool results stay user messages (`<result>…</result>`, masked out of the loss).
+`ToolStarEnv` with the real sandbox (`run_toolstar`, components/toolstar/evaluate.py); an episode is kept when
+Tool-Star's reward is positive (the format passes and the answer scores) and its conversation is new. A kept
+episode becomes a chat record in the sft_data stage's shape (docs/contracts.md, "SFT record"), so `star sft` reads
+it unchanged: its assistant turns are trained unless the environment answered one with an error (a malformed turn,
+a call over the limit), and tool results stay user messages (`<result>…</result>`, masked out of the loss).
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from components.agent.loop import Limits
-from components.evaluation.qa.retriever import load_corpus
-from components.evaluation.toolstar_params import TaskSplits, ToolStarParams
-from components.evaluation.toolstar_rollout import load_environment, run_toolstar, summarize
+from components.evaluation.policy import load_checkpoint_policy
+from components.retrieval import load_corpus
 from components.synthesis.filter import estimate_counter, fingerprint, split_train_eval, trajectory_tokens
+from components.toolstar.evaluate import load_environment, run_toolstar, summarize
+from components.toolstar.params import TaskSplits, ToolStarParams
 from components.toolstar.expert import ToolStarExpertPolicy
 from components.toolstar.tasks import Task, TaskError, generate_tasks, read_tasks, write_tasks
 
@@ -136,3 +137,17 @@ def teach(params: ToolStarParams, qa_dir: str | Path, tasks_path: str | Path,
                "train": len(train), "eval": len(evaluation),
                "mean_tokens": sum(r["num_tokens"] for r in kept) / len(kept) if kept else 0.0}
     return train, evaluation, metrics
+
+
+def evaluate_checkpoint(model: str | Path, params: ToolStarParams, qa_dir: str | Path, tasks_path: str | Path,
+                        records_out: list | None = None) -> dict:
+    """The metrics of a checkpoint's greedy (by default) episodes on a task file (`summarize`); the records are
+    appended to `records_out` when given."""
+    tasks = read_tasks(tasks_path)[:params.eval.max_tasks]
+    retriever, sandbox = load_environment(params, qa_dir)
+    policy, tokenizer = load_checkpoint_policy(model, params.eval.decoding, params.eval.limits.max_context_tokens)
+    records = run_toolstar(tasks, retriever, sandbox, policy, params, params.eval.limits.to_limits(),
+                           tokenizer=tokenizer)
+    if records_out is not None:
+        records_out.extend(records)
+    return summarize(records)

@@ -1,68 +1,70 @@
-"""Exact match and token F1 with the standard SQuAD answer normalisation (as in Search-R1 and FlashRAG), and the
-alignment tax (a trained checkpoint's per-question scores against the base model's, paired by question id)."""
+"""QA episodes through the shared agent loop: one question per episode, scored by EM/F1 when it ends, and the
+alignment tax (a trained checkpoint's per-question scores against the base model's, paired by question id).
+
+Mode `search`: the model searches with the tool (`QAEnv`). Mode `in_context`: the question's top-k passages from the
+same retriever are placed in the conversation and the model answers in one turn (`InContextQAEnv`); each record
+then says whether a golden answer was in those passages (`answer_in_context`).
+"""
 from __future__ import annotations
 
 import json
-import re
-import string
-import unicodedata
-from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
+from components.agent.loop import Episode, Limits, run_episodes
 from components.errors import UserError
+from components.qa.env import IN_CONTEXT_EXAMPLES, InContextQAEnv, QAEnv, answer_in_passages
+from components.qa.reward import score_record
+from components.retrieval import Retriever
 from components.stats import bootstrap_interval, mean_of_means
 
 BOOTSTRAP_RESAMPLES = 2000  # percentile-bootstrap draws of every OOD QA interval
 BOOTSTRAP_SEED = 0
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
-_PUNCTUATION = set(string.punctuation)
+QAMode = Literal["search", "in_context"]
 
 
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lowercase, drop punctuation, drop articles, collapse whitespace.
-
-    Unicode is put in NFKC form first so that e.g. a non-breaking space or a full-width digit compares equal to
-    its plain form (the SQuAD script leaves them alone; NFKC only merges characters that render the same).
-    """
-    text = unicodedata.normalize("NFKC", text).lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+def _meta(question: dict) -> dict:
+    return {**question, "level": question.get("dataset")}
 
 
-def _as_list(golden_answers: str | Iterable[str]) -> list[str]:
-    return [golden_answers] if isinstance(golden_answers, str) else list(golden_answers)
+def qa_episodes(questions: list[dict], retriever: Retriever) -> list[Episode]:
+    """One search episode per question; `meta` carries the question record (the expert and the scorer read it)."""
+    return [Episode(idx=i, env=QAEnv(q["question"], retriever), meta=_meta(q), episode_id=str(q.get("id", i)))
+            for i, q in enumerate(questions)]
 
 
-def exact_match(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
-    """1.0 if the normalised prediction equals any normalised golden answer, else 0.0 (None counts as wrong)."""
-    if prediction is None:
-        return 0.0
-    predicted = normalize_answer(prediction)
-    return float(any(predicted == normalize_answer(gold) for gold in _as_list(golden_answers)))
+def in_context_episodes(questions: list[dict], retriever: Retriever,
+                        examples: int = len(IN_CONTEXT_EXAMPLES)) -> list[Episode]:
+    """One in-context episode per question, its passages retrieved for the question text (one batched search);
+    `meta` also carries whether a golden answer is in them."""
+    retrieved = retriever.batch_search([q["question"] for q in questions])
+    return [Episode(idx=i, env=InContextQAEnv(q["question"], passages, examples),
+                    meta={**_meta(q), "answer_in_context": answer_in_passages(passages, q["golden_answers"])},
+                    episode_id=str(q.get("id", i)))
+            for i, (q, passages) in enumerate(zip(questions, retrieved))]
 
 
-def _token_f1(prediction: str, gold: str) -> float:
-    predicted_tokens = normalize_answer(prediction).split()
-    gold_tokens = normalize_answer(gold).split()
-    if not predicted_tokens or not gold_tokens:
-        return float(predicted_tokens == gold_tokens)
-    common = Counter(predicted_tokens) & Counter(gold_tokens)
-    overlap = sum(common.values())
-    if overlap == 0:
-        return 0.0
-    precision = overlap / len(predicted_tokens)
-    recall = overlap / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
+def evaluate_qa(episode: Episode, record: dict) -> dict:
+    """The loop's `evaluate` callback: EM and F1 against the question's golden answers."""
+    return score_record(record, episode.meta["golden_answers"])
 
 
-def f1_score(prediction: str | None, golden_answers: str | Iterable[str]) -> float:
-    """Token F1 against the best-matching golden answer (None counts as 0)."""
-    if prediction is None:
-        return 0.0
-    return max((_token_f1(prediction, gold) for gold in _as_list(golden_answers)), default=0.0)
+def run_qa(questions: list[dict], retriever: Retriever, policy, limits: Limits, tokenizer=None,
+           progress: bool = True, mode: QAMode = "search", examples: int = len(IN_CONTEXT_EXAMPLES)) -> list[dict]:
+    """Answer every question with `policy` through `run_episodes`, in `mode`; each record gets `id`, `dataset`,
+    `question`, `golden_answers`, `mode` and `evaluation: {"em", "f1"}` (and `answer_in_context` in mode
+    `in_context`). `examples`: the worked examples an in-context conversation opens with."""
+    episodes = (in_context_episodes(questions, retriever, examples) if mode == "in_context"
+                else qa_episodes(questions, retriever))
+    records = run_episodes(episodes, policy, limits=limits, tokenizer=tokenizer, evaluate=evaluate_qa,
+                           progress=progress)
+    for question, episode, record in zip(questions, episodes, records):
+        record.update({"id": question.get("id"), "dataset": question.get("dataset"), "mode": mode,
+                       "question": question["question"], "golden_answers": question["golden_answers"]})
+        if "answer_in_context" in episode.meta:
+            record["answer_in_context"] = episode.meta["answer_in_context"]
+    return records
 
 
 def pair_by_question(base: list[dict], trained: list[dict]) -> dict[str, list[tuple[dict, dict]]]:

@@ -1,4 +1,4 @@
-"""The QA episodes: the travel episode's shape (reset/step, the same chat protocol), in two modes.
+"""The QA episodes: the tool-call protocol (`components/agent/tool_calls.py`), in two modes.
 
 `QAEnv` (mode `search`) has one tool, `search`: `reset()` gives [system, user(question)]; `step(assistant_text)`
 runs a `search(query)` call against the retriever and answers with the top-k passages inside `<tool_response>`, or
@@ -11,10 +11,10 @@ never seen the protocol answers with the short span in the answer tags rather th
 """
 from __future__ import annotations
 
-from components.evaluation.qa.retriever import Retriever, format_passages
-from components.evaluation.qa.scoring import exact_match, f1_score, normalize_answer
-from components.travel import protocol
-from components.travel.env import Step
+from components.agent import tool_calls as protocol
+from components.agent.environment import EpisodeEnded, Step
+from components.answer_match import normalize_answer
+from components.retrieval import Retriever, format_passages
 
 SEARCH_TOOL = {
     "type": "function",
@@ -37,7 +37,7 @@ IN_CONTEXT_ROLE = "You answer the user's question from the passages given with i
 
 # (passage, question, answer) about invented entities, one answer of each kind: a place, a year, a profession. No
 # example answer can be an answer of a generated encyclopedia: its names are made of
-# `components.travel.synthetic.NAME_SYLLABLES`, its years are 800-1999 and its professions are `corpus.PROFESSIONS`.
+# `components.syllables.NAME_SYLLABLES`, its years are 800-1999 and its professions are `corpus.PROFESSIONS`.
 IN_CONTEXT_EXAMPLES: tuple[tuple[dict, str, str], ...] = (
     ({"title": "Orsi Keldup", "text": "Orsi Keldup was born in Brevik. The profession of Orsi Keldup was baker. "
                                       "Orsi Keldup was a member of Tumsek Press."},
@@ -57,18 +57,23 @@ class QAEnv:
     def __init__(self, question: str, retriever: Retriever):
         self.question = question
         self.retriever = retriever
+        self.done = False
 
     def reset(self) -> list[dict]:
         """The opening messages: the protocol's system prompt with the search tool, then the question."""
+        self.done = False
         return [{"role": "system", "content": protocol.system_prompt([SEARCH_TOOL], role=QA_ROLE,
                                                                          answer_format=QA_ANSWER_FORMAT)},
                 {"role": "user", "content": self.question}]
 
     def step(self, assistant_text: str) -> Step:
         """Apply one assistant turn."""
+        if self.done:
+            raise EpisodeEnded("the QA episode")
         turn = protocol.parse_turn(assistant_text)
         if isinstance(turn, protocol.Answer):
             answer = turn.text.strip()
+            self.done = True
             return Step(None, True, {"kind": "answer", "answer": answer, "termination": "answer"})
         if isinstance(turn, protocol.ProtocolError):
             return Step(protocol.tool_response(f"Error: {turn.message}"), False,
@@ -112,13 +117,18 @@ class InContextQAEnv:
         self.question = question
         self.passages = passages
         self.examples = examples
+        self.done = False
 
     def reset(self) -> list[dict]:
         """The system prompt, the worked examples, then the passages and the question."""
+        self.done = False
         return in_context_messages(self.question, self.passages, self.examples)
 
     def step(self, assistant_text: str) -> Step:
         """The one turn: its answer, or no answer (a protocol error) when it is not `<answer>…</answer>`."""
+        if self.done:
+            raise EpisodeEnded("the in-context QA episode")
+        self.done = True
         turn = protocol.parse_turn(assistant_text)
         if isinstance(turn, protocol.Answer):
             return Step(None, True, {"kind": "answer", "answer": turn.text.strip(), "termination": "answer"})
@@ -134,8 +144,3 @@ def answer_in_passages(passages: list[dict], golden_answers: list[str]) -> bool:
     answers = [normalize_answer(gold) for gold in golden_answers]
     return any(f" {answer} " in text for answer in answers if answer for text in texts)
 
-
-def score_record(record: dict, golden_answers: list[str]) -> dict:
-    """The QA evaluation of a finished episode: EM and F1 of its answer (no answer scores 0)."""
-    answer = record.get("answer")
-    return {"em": exact_match(answer, golden_answers), "f1": f1_score(answer, golden_answers)}

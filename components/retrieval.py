@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 import bm25s
 import httpx
+from pydantic import Field
 
 from components.errors import UserError
+from components.params import Params
 
 
 class Retriever(Protocol):
@@ -119,3 +121,22 @@ class HTTPRetriever:
     def search(self, query: str) -> list[dict]:
         """Top-k passages for one query."""
         return self.batch_search([query])[0]
+
+
+class RetrieverParams(Params):
+    """The search tool's retriever: BM25 over a JSONL corpus (default: the generated one), or an HTTP server."""
+
+    kind: Literal["bm25", "http"] = "bm25"
+    top_k: int = Field(3, ge=1)
+    corpus: str | None = None
+    url: str | None = None
+
+
+def make_retriever(params: RetrieverParams, qa_dir: str | Path):
+    """BM25 over the configured (or generated) corpus, or the HTTP client."""
+    if params.kind == "http":
+        if not params.url:
+            raise UserError("ood_qa.retriever.kind is http but ood_qa.retriever.url is not set "
+                            "(e.g. http://127.0.0.1:8000/retrieve)")
+        return HTTPRetriever(params.url, top_k=params.top_k)
+    return BM25Retriever(load_corpus(params.corpus or Path(qa_dir) / "corpus.jsonl"), top_k=params.top_k)

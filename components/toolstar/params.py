@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from components.evaluation.ood_qa import RetrieverParams
-from components.evaluation.policy import DecodingParams, LimitsParams
+from components.agent.params import DecodingParams, LimitsParams
 from components.params import Params
+from components.retrieval import RetrieverParams
 from components.toolstar.reward import Metric
 from components.toolstar.sandbox import SandboxParams
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from components.agent.loop import Episode, Evaluate
 from components.travel.checks import (
     COMMONSENSE_CHECKS,
     HARD_CHECKS,
@@ -30,7 +31,7 @@ from components.travel.official_checks import OFFICIAL_COMMONSENSE, OFFICIAL_HAR
 from components.travel.plans import (
     parse_plan,
 )
-from components.travel.queries import Query
+from components.travel.tasks import Query
 from components.travel.strict_checks import STRICT_COMMONSENSE, STRICT_HARD
 
 
@@ -104,3 +105,12 @@ __all__ = [
     "CheckResult", "PlanEvaluation", "COMMONSENSE_CHECKS", "HARD_CHECKS", "MODES", "evaluate_plan",
     "evaluate_both", "lookup_for",
 ]
+
+
+def travel_evaluate(world: Any) -> Evaluate:
+    """The agent loop's evaluate callback of travel episodes: both evaluator modes on the record's final plan."""
+    def evaluate(episode: Episode, record: dict) -> dict:
+        query = episode.meta["query"]
+        return {mode: result.to_dict() for mode, result in evaluate_both(world, query, record.get("plan")).items()}
+
+    return evaluate

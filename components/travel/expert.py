@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator
 
 from components.agent.types import TurnRequest, TurnResult
-from components.travel.queries import Query
-from components.travel.synthetic import NAME_SYLLABLES
+from components.travel.tasks import Query
+from components.syllables import NAME_SYLLABLES
 from components.travel.tools import call_tool, is_argument_error, parse_observation
 
 MISTAKES = ("wrong_city_restaurant", "repeat_restaurant", "skip_constraint", "over_budget")

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass, field
 
 from components.errors import UserError
-from components.travel.synthetic import NAME_SYLLABLES
+from components.syllables import NAME_SYLLABLES
 
 
 PROFESSIONS = ["painter", "sailor", "chemist", "poet", "architect", "botanist", "weaver", "astronomer", "judge",

@@ -2,7 +2,6 @@
 
     records = run_toolstar(tasks, retriever, sandbox, policy, params, limits, tokenizer=None)
     metrics = summarize(records)              # accuracy, reward, EM/F1, tool calls, code errors, ... by task kind
-    metrics = evaluate_checkpoint("models/toolstar_sft", params, "data/qa", "data/toolstar/val.jsonl")
 
 One episode per task (`ToolStarEnv` over the QA stage's retriever and the bubblewrap sandbox); when it ends,
 `score_episode` gives the record its `evaluation`: Tool-Star's reward (`components/toolstar/reward.py`,
@@ -11,7 +10,7 @@ answer scores 1, the format aside, so a model that answers after a refused call 
 the task's kind, `reward.task_metric`: math_verify for a dataset's math task, token F1 for its QA task), EM and
 token F1 against every golden answer (SQuAD normalisation, the OOD QA stage's), and the environment's counts
 (`stats`: tool calls by tool, code errors, sandbox kills, format errors, refused calls). The expert's SFT data
-(`toolstar_data.teach`) and the checkpoint evaluation share all of it.
+(`components/evaluation/toolstar.py`'s `teach`), the checkpoint evaluation and RL share all of it.
 """
 from __future__ import annotations
 
@@ -22,15 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from components.agent.loop import Episode, Evaluate, Limits, run_episodes
-from components.evaluation.ood_qa import make_retriever
-from components.evaluation.policy import load_checkpoint_policy
-from components.evaluation.qa.scoring import exact_match, f1_score
-from components.evaluation.toolstar_params import ToolStarParams
+from components.answer_match import exact_match, f1_score
+from components.retrieval import make_retriever
 from components.stats import rate_interval
 from components.toolstar.env import ToolStarEnv
+from components.toolstar.params import ToolStarParams
 from components.toolstar.reward import Metric, answer_score, task_metric, trajectory_reward
 from components.toolstar.sandbox import Sandbox
-from components.toolstar.tasks import Task, read_tasks
+from components.toolstar.tasks import Task
 
 TOOLS = ("search", "python")
 COUNTS = ("code_errors", "sandbox_kills", "format_errors", "refused_calls")
@@ -125,17 +123,3 @@ def load_environment(params: ToolStarParams, qa_dir: str | Path):
     """(retriever, sandbox): the search tool over the QA stage's corpus (or the configured one) and the sandbox
     (an error saying how to get bubblewrap, or to opt into `isolation: rlimit`, when it cannot isolate here)."""
     return make_retriever(params.retriever, qa_dir), Sandbox(params.sandbox)
-
-
-def evaluate_checkpoint(model: str | Path, params: ToolStarParams, qa_dir: str | Path, tasks_path: str | Path,
-                        records_out: list | None = None) -> dict:
-    """The metrics of a checkpoint's greedy (by default) episodes on a task file (`summarize`); the records are
-    appended to `records_out` when given."""
-    tasks = read_tasks(tasks_path)[:params.eval.max_tasks]
-    retriever, sandbox = load_environment(params, qa_dir)
-    policy, tokenizer = load_checkpoint_policy(model, params.eval.decoding, params.eval.limits.max_context_tokens)
-    records = run_toolstar(tasks, retriever, sandbox, policy, params, params.eval.limits.to_limits(),
-                           tokenizer=tokenizer)
-    if records_out is not None:
-        records_out.extend(records)
-    return summarize(records)

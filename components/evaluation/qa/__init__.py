@@ -1,1 +1,0 @@
-"""Out-of-domain QA with a search tool: corpus, retriever, environment, datasets, scoring, expert."""

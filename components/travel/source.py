@@ -1,0 +1,136 @@
+"""The travel environment's task source (`env.kind: travel`): TravelPlanner queries over one world, the strict
+evaluation of each rollout's plan and the STAR reward kinds (`reward.py`: SUM, MACRO, SUCCESS, CURRICULUM, or the
+format reward for a trajectory with no parseable plan or a protocol failure).
+
+    source = load_source(SourceInputs(tasks=Path("data/queries/rl.jsonl"), files={"world": Path("data/world")}))
+    episode = source.episode(source.items[0], seed=0)
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from components.agent.environment import SourceInputs, TaskReward
+from components.agent.loop import Episode
+from components.errors import UserError
+from components.travel.env import TravelEnv
+from components.travel.evaluate import PlanEvaluation, evaluate_plan
+from components.travel.expert import ExpertConfig, ExpertPolicy
+from components.travel.reward import COMPONENTS, RewardWeights, reward
+from components.travel.tasks import level_stratified_prefix, load_queries
+from components.travel.world import World
+
+KIND = "travel"
+REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
+                  "success", "format_error_rate"]
+PROTOCOL_FAILURES = ("protocol_errors",)
+
+
+def strict_evaluation(world, query, record: dict) -> dict:
+    """The `evaluation` field of a rollout record: the strict evaluation of its plan (None plans included)."""
+    return {"strict": evaluate_plan(world, query, record.get("plan"), mode="strict").to_dict()}
+
+
+def reward_weights(weights: dict[str, float] | None) -> RewardWeights | None:
+    """`reward.weights` as RewardWeights (None: equal weights)."""
+    if weights is None:
+        return None
+    unknown = set(weights) - set(COMPONENTS)
+    if unknown:
+        raise ValueError(f"rl.reward.weights has unknown components {sorted(unknown)}; use {list(COMPONENTS)}")
+    return RewardWeights(**weights)
+
+
+def task_reward(record: dict, settings: dict, progress: float) -> TaskReward:
+    """The STAR reward of one finished rollout at training progress `progress` in [0, 1]; `settings` are
+    `rl.reward`'s kind, weights, curriculum_boundaries and format_reward."""
+    strict = (record.get("evaluation") or {}).get("strict")
+    evaluation = PlanEvaluation.from_dict(strict) if strict else None
+    breakdown = reward(
+        evaluation, settings.get("kind", "sum"), progress=progress, weights=reward_weights(settings.get("weights")),
+        curriculum_boundaries=tuple(settings.get("curriculum_boundaries", (1 / 3, 2 / 3))),
+        format_reward=settings.get("format_reward", 0.0),
+        protocol_failure=record.get("termination") in PROTOCOL_FAILURES,
+    )
+    return TaskReward(value=breakdown.reward, kind=breakdown.kind,
+                      components={name: float(getattr(breakdown, name)) for name in COMPONENTS},
+                      format_applied=breakdown.format_applied)
+
+
+def check_pass_rates(records: Sequence[dict]) -> dict[str, float]:
+    """Per check, the share of rollouts where it passed (n/a hard checks are left out of their denominator)."""
+    passed: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for record in records:
+        strict = (record.get("evaluation") or {}).get("strict") or {}
+        for block in ("commonsense", "hard"):
+            for name, result in (strict.get(block) or {}).items():
+                if result["status"] == "n/a":
+                    continue
+                seen[name] = seen.get(name, 0) + 1
+                passed[name] = passed.get(name, 0) + int(result["status"] == "pass")
+    return {name: passed[name] / seen[name] for name in sorted(seen)}
+
+
+@dataclass
+class TravelSource:
+    """TravelPlanner queries over one world: the strict evaluation and the STAR reward."""
+
+    world: Any
+    items: list = field(default_factory=list)  # the queries (`Query`)
+    failure_rate: float = 0.0  # injected transient tool failures
+    reward_settings: dict = field(default_factory=dict)  # rl.reward
+    world_dir: Path | None = None
+    tasks_path: Path | None = None
+    kind: str = KIND
+    reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
+
+    @property
+    def shared(self) -> tuple:
+        return (self.world,)
+
+    def key(self, query) -> int:
+        return query.idx
+
+    def episode(self, query, seed: int) -> Episode:
+        env = TravelEnv(self.world, query, failure_rate=self.failure_rate, seed=seed)
+        return Episode(idx=query.idx, env=env, meta={"level": query.level, "query": query})
+
+    def evaluate(self, episode: Episode, record: dict) -> dict:
+        return strict_evaluation(self.world, episode.meta["query"], record)
+
+    def reward(self, record: dict, progress: float) -> TaskReward:
+        return task_reward(record, self.reward_settings, progress)
+
+    def checks(self, records: Sequence[dict]) -> dict[str, float]:
+        return check_pass_rates(records)
+
+    def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]:
+        """The run's params without `env.kind` (a travel run hashes as before env.kind existed), the world and the
+        queries."""
+        params = {**params, "env": {k: v for k, v in params.get("env", {}).items() if k != "kind"}}
+        return params, {"world": self.world_dir, "queries": self.tasks_path}
+
+
+def load_source(inputs: SourceInputs) -> TravelSource:
+    """The queries of `inputs.tasks` (the first `max_items` at the file's level mix) over the world of
+    `inputs.files["world"]`."""
+    world_dir = inputs.files.get("world")
+    if not Path(inputs.tasks).exists():
+        raise UserError(f"RL query file {inputs.tasks} does not exist (run the `queries` stage: dvc repro queries)")
+    if world_dir is None or not Path(world_dir).exists():
+        raise UserError(f"world directory {world_dir} does not exist (run the `world` stage: dvc repro world)")
+    queries = load_queries(inputs.tasks)
+    if not queries:
+        raise UserError(f"RL query file {inputs.tasks} holds no queries")
+    if inputs.max_items is not None:
+        queries = level_stratified_prefix(queries, inputs.max_items)
+    return TravelSource(World.load(world_dir), queries, failure_rate=inputs.failure_rate,
+                        reward_settings=dict(inputs.reward), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks))
+
+
+def expert_policy(seed: int = 0) -> ExpertPolicy:
+    """The programmatic expert that solves travel queries (the teacher of the tiny preset)."""
+    return ExpertPolicy(ExpertConfig(seed=seed))

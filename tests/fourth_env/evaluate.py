@@ -1,0 +1,12 @@
+"""The lookup game's evaluation: the agent loop's evaluate callback and the share of correct answers."""
+from __future__ import annotations
+
+from tests.fourth_env.reward import score
+
+
+def evaluate(episode, record: dict) -> dict:
+    return score(record, episode.meta["task"]["code"])
+
+
+def accuracy(records: list[dict]) -> dict[str, float]:
+    return {"correct": sum(bool((r.get("evaluation") or {}).get("correct")) for r in records) / max(len(records), 1)}

@@ -1,0 +1,55 @@
+"""The lookup game's task source: what the registry hands the stages for `env.kind: lookup`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from components.agent.environment import SourceInputs, TaskReward
+from components.agent.loop import Episode
+from tests.fourth_env.env import LookupEnv
+from tests.fourth_env.evaluate import accuracy, evaluate
+from tests.fourth_env.expert import LookupExpert
+from tests.fourth_env.reward import task_reward
+from tests.fourth_env.tasks import read_tasks
+
+KIND = "lookup"
+REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "format_error_rate"]
+
+
+@dataclass
+class LookupSource:
+    items: list[dict]
+    tasks_path: Path
+    kind: str = KIND
+    reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
+
+    @property
+    def shared(self) -> tuple:
+        return ()
+
+    def key(self, task: dict) -> str:
+        return task["id"]
+
+    def episode(self, task: dict, seed: int) -> Episode:
+        codes = {t["name"]: t["code"] for t in self.items}
+        return Episode(idx=self.items.index(task), env=LookupEnv(task, codes), meta={"task": task})
+
+    def evaluate(self, episode: Episode, record: dict) -> dict:
+        return evaluate(episode, record)
+
+    def reward(self, record: dict, progress: float) -> TaskReward:
+        return task_reward(record)
+
+    def checks(self, records: list[dict]) -> dict[str, float]:
+        return accuracy(records)
+
+    def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]:
+        return params, {"tasks": self.tasks_path}
+
+
+def load_source(inputs: SourceInputs) -> LookupSource:
+    return LookupSource(read_tasks(inputs.tasks)[:inputs.max_items], Path(inputs.tasks))
+
+
+def expert_policy(seed: int = 0) -> LookupExpert:
+    return LookupExpert()
