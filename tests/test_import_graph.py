@@ -10,6 +10,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_walk import imported_names
+
 REPO = Path(__file__).resolve().parents[1]
 ENVIRONMENTS = {"travel", "toolstar", "qa"}
 
@@ -23,19 +25,7 @@ def unit_of(module: str) -> str | None:
 def imported_modules(path: Path) -> set[str]:
     """Every absolute module name `path` imports, at any depth of its code."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-    return found
+    return imported_names([tree], ".".join(path.relative_to(REPO).with_suffix("").parts[:-1]))
 
 
 def package_graph(root: Path = REPO / "components") -> dict[str, set[str]]:

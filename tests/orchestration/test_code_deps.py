@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from import_walk import imported_names
+
 REPO = Path(__file__).resolve().parents[2]
 CODE_ROOTS = ("components", "flows")  # the project's own importable packages
 
@@ -46,17 +48,7 @@ def _tree(name: str) -> ast.Module:
 def _imports(nodes: list[ast.AST], module: str) -> set[str]:
     """The project modules imported anywhere inside `nodes` (function bodies included), with their parent packages."""
     package = module if _module_file(module).name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
-    for node in (n for top in nodes for n in ast.walk(top)):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import submodule`
+    found = imported_names(nodes, package)
     modules = {name for name in found if _module_file(name)}
     return modules | {".".join(m.split(".")[:i]) for m in modules for i in range(1, m.count(".") + 1)}
 
