@@ -62,4 +62,5 @@ def test_vllm_loads_the_checkpoint_into_its_own_engine_with_the_sampling_params(
     policy = checkpoint_policy("models/sft", "tokenizer", sampling, backend="vllm", model=object())
     assert policy.model == "models/sft"
     assert policy.kwargs == {"tokenizer": "tokenizer", "temperature": 1.0, "top_p": 1.0, "greedy": False, "seed": 2,
-                             "dtype": "bfloat16", "max_model_len": 8192, "gpu_memory_utilization": 0.4}
+                             "dtype": "bfloat16", "max_model_len": 8192, "gpu_memory_utilization": 0.4,
+                             "sleep_mode": False}
