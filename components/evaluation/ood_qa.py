@@ -28,7 +28,7 @@ from components.qa.env import IN_CONTEXT_EXAMPLES
 from components.qa.evaluate import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, QAMode, alignment_tax, run_qa, with_tax
 from components.qa.expert import QAExpertPolicy
 from components.qa.tasks import dump_jsonl, load_hf_dataset, load_jsonl_dataset
-from components.retrieval import BM25Retriever, RetrieverParams, load_corpus, make_retriever
+from components.retrieval import BM25Retriever, RetrieverParams, make_retriever
 from components.stats import bootstrap_interval, rate_interval
 
 
