@@ -27,7 +27,7 @@ class PrintsTwo:
 def travel_env(tiny_world):
     from components.travel.env import TravelEnv
     from components.travel.tasks import Query
-    from tests.training.rl.conftest import make_queries
+    from training.rl.conftest import make_queries
 
     return TravelEnv(tiny_world, Query.from_dict(make_queries(tiny_world, 1)[0])), "<answer>[]</answer>"
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from components.agent import tool_calls
 from components.agent.environment import EpisodeEnded, Step
-from tests.fourth_env.tasks import question
+from fourth_env.tasks import question
 
 LOOKUP_TOOL = {"type": "function", "function": {
     "name": "lookup", "description": "The code of a name in the code book.",

@@ -1,7 +1,7 @@
 """The lookup game's evaluation: the agent loop's evaluate callback and the share of correct answers."""
 from __future__ import annotations
 
-from tests.fourth_env.reward import score
+from fourth_env.reward import score
 
 
 def evaluate(episode, record: dict) -> dict:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
-from tests.fourth_env.env import LookupEnv
-from tests.fourth_env.evaluate import accuracy, evaluate
-from tests.fourth_env.expert import LookupExpert
-from tests.fourth_env.reward import task_reward
-from tests.fourth_env.tasks import read_tasks
+from fourth_env.env import LookupEnv
+from fourth_env.evaluate import accuracy, evaluate
+from fourth_env.expert import LookupExpert
+from fourth_env.reward import task_reward
+from fourth_env.tasks import read_tasks
 
 KIND = "lookup"
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "format_error_rate"]

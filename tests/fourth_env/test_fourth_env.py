@@ -11,8 +11,8 @@ import pytest
 from components import environments
 from components.agent.environment import SourceInputs
 from components.agent.loop import Limits
-from tests.fourth_env import source
-from tests.fourth_env.tasks import make_tasks, write_tasks
+from fourth_env import source
+from fourth_env.tasks import make_tasks, write_tasks
 
 LIMITS = Limits(max_turns=3, max_tokens_per_turn=16, max_context_tokens=2048)
 

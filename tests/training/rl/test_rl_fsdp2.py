@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.training.rl.test_rl_distributed import (  # noqa: F401 (qwen2_dir is a fixture)
+from training.rl.test_rl_distributed import (  # noqa: F401 (qwen2_dir is a fixture)
     REPO,
     WORKER,
     max_difference,
