@@ -4,11 +4,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from components.agent.loop import Limits
 from components.agent.types import TurnRequest, TurnResult
+from components.answer_match import normalize_answer
 from components.evaluation.ood_qa import evaluate_policy, summarize
 from components.qa.corpus import PROFESSIONS, build_encyclopedia
 from components.qa.env import IN_CONTEXT_EXAMPLES, InContextQAEnv, QAEnv, answer_in_passages
@@ -155,5 +156,6 @@ _WORD = st.text(st.characters(whitelist_categories=("Lu", "Ll", "Nd")), min_size
 @given(before=st.lists(_WORD, max_size=8), answer=st.lists(_WORD, min_size=1, max_size=3),
        after=st.lists(_WORD, max_size=8))
 def test_an_answer_written_into_a_passage_is_always_found(before, answer, after):
+    assume(normalize_answer(" ".join(answer)))  # an answer of articles alone ("A", "the") normalises to nothing
     text = " ".join([*before, *answer, *after]) + "."
     assert answer_in_passages([{"title": "T", "text": text}], [" ".join(answer)])
