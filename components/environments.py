@@ -3,16 +3,19 @@
 Every environment package has the same modules: `env` (the episode, `components.agent.environment`'s protocol),
 `tasks` (its task records), `expert` (a scripted policy that solves them), `reward` (the score of a finished
 episode), `evaluate` (episodes through the agent loop and their metrics) and `source` (what the stages draw from:
-`KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed)`). The stages (RL, SFT data,
+`KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed)`), and an environment's own stage code
+(its params, data building, a checkpoint's evaluation) in modules beside them. The stages (RL, SFT data,
 evaluation) reach an environment through this module and that protocol only.
 
     source = load_source("travel", SourceInputs(tasks=Path("data/queries/rl.jsonl"), files={"world": world_dir}))
+    validation = package_module("travel", "validation")    # components/travel/validation.py
 
 Adding an environment: write its package, then a loader function and its entry in `ENVIRONMENTS` here (or, from
 a test or a plugin, `register("counting", lambda: counting_source_module)`).
 """
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from types import ModuleType
 
@@ -63,6 +66,19 @@ def source_module(kind: str) -> ModuleType:
         return ENVIRONMENTS[check_kind(kind)]()
     except ValueError as exc:
         raise UserError(str(exc)) from exc
+
+
+def package_module(kind: str, name: str) -> ModuleType:
+    """The module `name` of the environment `kind`'s package (the package its `source` module is in), e.g.
+    `package_module("qa", "ood")` -> components.qa.ood."""
+    package = source_module(kind).__package__
+    try:
+        return importlib.import_module(f"{package}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{package}.{name}":
+            raise
+        raise UserError(f"environment {kind!r} has no module {name!r}: add {package}.{name} (its package is "
+                        f"{package})") from exc
 
 
 def load_source(kind: str, inputs: SourceInputs) -> TaskSource:

@@ -112,13 +112,14 @@ def _print_modes(metrics: dict) -> None:
 
 def run_qa_build(args: argparse.Namespace) -> int:
     from components import tracking
-    from components.evaluation.ood_qa import OODQAParams, build_qa_data
+    from components.evaluation.ood_qa import ood
     from components.params import load_section
 
-    params = load_section(args.params, "ood_qa", OODQAParams)
+    qa = ood()
+    params = load_section(args.params, "ood_qa", qa.OODQAParams)
     started = time.perf_counter()
     with tracking.stage_run("qa_data", params=params) as run:
-        metrics = build_qa_data(params, args.out)
+        metrics = qa.build_qa_data(params, args.out)
         metrics["wall_time_s"] = time.perf_counter() - started
         write_json(metrics, args.metrics)
         run.log_stats(metrics)
@@ -130,10 +131,11 @@ def run_qa_build(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     from components import tracking
-    from components.evaluation.validate import ValidateParams, submission_lines, validate_checkpoint, write_jsonl
+    from components.evaluation.validate import validate_checkpoint, validation, write_jsonl
     from components.params import load_section
 
-    params = load_section(args.params, "validate", ValidateParams)
+    travel = validation()
+    params = load_section(args.params, "validate", travel.ValidateParams)
     started = time.perf_counter()
     with tracking.stage_run(f"validate@{args.name}", params=params,
                                  tags={"star.checkpoint": args.name}) as run:
@@ -144,7 +146,7 @@ def run_validate(args: argparse.Namespace) -> int:
         write_json(metrics, args.metrics)
         submission = args.submission or params.submission
         if submission:
-            write_jsonl(submission_lines(queries, records), submission)
+            write_jsonl(travel.submission_lines(queries, records), submission)
         run.log_metrics(metrics)
         run.log_artifact(args.metrics)
     _print_modes(metrics)
@@ -154,10 +156,11 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_rollout(args: argparse.Namespace) -> int:
-    from components.evaluation.validate import ValidateParams, validate_checkpoint, write_jsonl
+    from components.evaluation.validate import validate_checkpoint, validation, write_jsonl
     from components.params import load_section
 
-    params = load_section(args.params, "validate", ValidateParams) if Path(args.params).exists() else ValidateParams()
+    params_class = validation().ValidateParams
+    params = load_section(args.params, "validate", params_class) if Path(args.params).exists() else params_class()
     if args.max_queries:
         params = params.model_copy(update={"max_queries": args.max_queries})
     _, records, metrics = validate_checkpoint(args.model, args.world, args.queries, params)
@@ -173,12 +176,12 @@ def run_rollout(args: argparse.Namespace) -> int:
 
 def run_ood_qa(args: argparse.Namespace) -> int:
     from components import tracking
-    from components.evaluation.ood_qa import OODQAParams, evaluate_checkpoint
-    from components.qa.evaluate import questions_path, read_question_results
+    from components.evaluation.ood_qa import evaluate_checkpoint, ood
+    from components.evaluation.question_results import questions_path, read_question_results
     from components.evaluation.validate import write_jsonl
     from components.params import load_section
 
-    params = load_section(args.params, "ood_qa", OODQAParams)
+    params = load_section(args.params, "ood_qa", ood().OODQAParams)
     base_path = Path(args.base_metrics) if args.base_metrics else Path(args.out).parent / "base.json"
     base = None if args.name == "base" else read_question_results(questions_path(base_path))
     if args.base_metrics and base is None:
@@ -280,10 +283,10 @@ def register_toolstar(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _params(path: str):
-    from components.toolstar.params import ToolStarParams
+    from components.evaluation.toolstar import toolstar
     from components.params import load_section
 
-    return load_section(path, "toolstar", ToolStarParams)
+    return load_section(path, "toolstar", toolstar("params").ToolStarParams)
 
 
 def _rates(metrics: dict) -> str:
@@ -303,13 +306,13 @@ def run_tasks(args: argparse.Namespace) -> int:
     if given:
         raise UserError(f"{', '.join(given)}: only with --dataset NAME")
     from components import tracking
-    from components.evaluation.toolstar import build_tasks
+    from components.evaluation.toolstar import toolstar
 
     out = args.out or Path("data/toolstar")
     metrics_path = args.metrics or Path("metrics/toolstar_tasks.json")
     params = _params(args.params)
     with tracking.stage_run("toolstar_tasks", params=params) as run:
-        metrics = build_tasks(params, args.qa, out)
+        metrics = toolstar("splits").build_tasks(params, args.qa, out)
         write_json(metrics, metrics_path)
         run.log_stats(metrics)
         run.log_artifact(metrics_path)
@@ -321,12 +324,12 @@ def run_tasks(args: argparse.Namespace) -> int:
 def run_dataset_tasks(args: argparse.Namespace) -> int:
     """`star toolstar tasks --dataset NAME`: the dataset's tasks in OUT/<name>.jsonl (no MLflow run: a data import,
     not a pipeline stage)."""
-    from components.toolstar.datasets import dataset_tasks, task_file_name
-    from components.toolstar.tasks import write_tasks
+    from components.evaluation.toolstar import toolstar
 
-    tasks, summary = dataset_tasks(args.dataset, split=args.split, limit=args.limit, path=args.dataset_path)
-    path = (args.out or Path("data/toolstar/datasets")) / task_file_name(args.dataset, args.split)
-    write_tasks(path, tasks)
+    datasets = toolstar("datasets")
+    tasks, summary = datasets.dataset_tasks(args.dataset, split=args.split, limit=args.limit, path=args.dataset_path)
+    path = (args.out or Path("data/toolstar/datasets")) / datasets.task_file_name(args.dataset, args.split)
+    toolstar("tasks").write_tasks(path, tasks)
     if args.metrics:
         write_json(summary, args.metrics)
     skipped = f", {summary['skipped']} rows without a question or an answer skipped" if summary["skipped"] else ""

@@ -21,8 +21,8 @@ from typing import Literal
 from pydantic import Field
 
 from components.evaluation import plots
+from components.evaluation.question_results import alignment_tax, questions_path, read_question_results, with_tax
 from components.params import Params
-from components.qa.evaluate import alignment_tax, questions_path, read_question_results, with_tax
 
 IN_DOMAIN_COLUMNS = [("delivery_rate", "delivery"), ("commonsense_micro", "CS micro"),
                      ("commonsense_macro", "CS macro"), ("hard_micro", "hard micro"), ("hard_macro", "hard macro"),

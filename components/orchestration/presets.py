@@ -204,8 +204,8 @@ PARAMS_MODELS = {
     "model": "components.models.params:ModelParams",
     "sft": "components.training.sft_params:SFTParams",
     "rl": "components.training.rl.params:RLParams",
-    "validate": "components.evaluation.validate:ValidateParams",
-    "ood_qa": "components.evaluation.ood_qa:OODQAParams",
+    "validate": "components.travel.validation:ValidateParams",
+    "ood_qa": "components.qa.ood:OODQAParams",
     "report": "components.evaluation.report:ReportParams",
     "toolstar": "components.toolstar.params:ToolStarParams",
     "toolstar_sft": "components.training.sft_params:SFTParams",  # star sft --section toolstar_sft

@@ -9,8 +9,9 @@ One episode per task (`ToolStarEnv` over the QA stage's retriever and the bubble
 answer scores 1, the format aside, so a model that answers after a refused call still counts; the metric follows
 the task's kind, `reward.task_metric`: math_verify for a dataset's math task, token F1 for its QA task), EM and
 token F1 against every golden answer (SQuAD normalisation, the OOD QA stage's), and the environment's counts
-(`stats`: tool calls by tool, code errors, sandbox kills, format errors, refused calls). The expert's SFT data
-(`components/evaluation/toolstar.py`'s `teach`), the checkpoint evaluation and RL share all of it.
+(`stats`: tool calls by tool, code errors, sandbox kills, format errors, refused calls). The expert's SFT data (the
+toolstar_sft_data stage's `teach`, components/evaluation/toolstar.py), the checkpoint evaluation and RL share all
+of it.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from components.toolstar.env import ToolStarEnv
 from components.toolstar.params import ToolStarParams
 from components.toolstar.reward import Metric, answer_score, task_metric, trajectory_reward
 from components.toolstar.sandbox import Sandbox
-from components.toolstar.tasks import Task
+from components.toolstar.tasks import Task, read_tasks
 
 TOOLS = ("search", "python")
 COUNTS = ("code_errors", "sandbox_kills", "format_errors", "refused_calls")
@@ -123,3 +124,10 @@ def load_environment(params: ToolStarParams, qa_dir: str | Path):
     """(retriever, sandbox): the search tool over the QA stage's corpus (or the configured one) and the sandbox
     (an error saying how to get bubblewrap, or to opt into `isolation: rlimit`, when it cannot isolate here)."""
     return make_retriever(params.retriever, qa_dir), Sandbox(params.sandbox)
+
+
+def load_task_set(params: ToolStarParams, qa_dir: str | Path, tasks_path: str | Path,
+                  max_tasks: int | None = None) -> tuple[list[Task], object, Sandbox]:
+    """(tasks, retriever, sandbox): the first `max_tasks` tasks of `tasks_path` (all with None) and the environment
+    they run in (`load_environment`)."""
+    return (read_tasks(tasks_path)[:max_tasks], *load_environment(params, qa_dir))

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from components.evaluation.ood_qa import alignment_tax, summarize, with_tax
+from components.evaluation.ood_qa import summarize
+from components.evaluation.question_results import alignment_tax, with_tax
 from components.travel.tasks import Query
 
 COMMONSENSE = ["is_valid_information_in_current_city", "is_valid_information_in_sandbox",

@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 
 from components.errors import UserError
-from components.evaluation import ood_qa
-from components.evaluation.ood_qa import (
-    DatasetParams, OODQAParams, alignment_tax, evaluate_checkpoint, load_datasets, summarize, summarize_datasets,
-)
-from components.qa.evaluate import questions_path, read_question_results
+from components.evaluation.ood_qa import evaluate_checkpoint, summarize, summarize_datasets
+from components.evaluation.question_results import alignment_tax, questions_path, read_question_results
+from components.qa.ood import DatasetParams, OODQAParams, build_qa_data, load_datasets
 from components.params import ParamsError, parse_section
 
 
@@ -115,7 +113,7 @@ def test_a_checkpoint_is_scored_per_question_with_its_tax_paired_against_base(mo
     params = OODQAParams(mode=mode, corpus={"num_people": 30, "num_towns": 8, "num_organisations": 5},
                          questions_per_dataset=3,
                          limits={"max_turns": 2, "max_tokens_per_turn": 12}, decoding={"temperature": 0.0})
-    ood_qa.build_qa_data(params, tmp_path / "qa")
+    build_qa_data(params, tmp_path / "qa")
     records: list[dict] = []
     ids = [f"{d}-{i}" for d in ("single_hop", "multi_hop") for i in range(3)]
     base = [{"id": i, "dataset": i.rpartition("-")[0], "mode": mode, "em": 1.0, "f1": 1.0} for i in ids]

@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from components.errors import UserError
-from components.evaluation.ood_qa import CorpusParams, retrieval_recall
 from components.qa.corpus import build_encyclopedia
+from components.qa.ood import CorpusParams, retrieval_recall
 from components.retrieval import BM25Retriever, HTTPRetriever, format_passages, passage_from_record
 
 

@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 from components.agent.loop import Limits
 from components.agent.types import TurnRequest, TurnResult
 from components.answer_match import normalize_answer
-from components.evaluation.ood_qa import evaluate_policy, summarize
+from components.evaluation.ood_qa import summarize
 from components.qa.corpus import PROFESSIONS, build_encyclopedia
 from components.qa.env import IN_CONTEXT_EXAMPLES, InContextQAEnv, QAEnv, answer_in_passages
 from components.qa.evaluate import run_qa
 from components.qa.expert import QAExpertPolicy, plan_question, read_fact
+from components.qa.ood import evaluate_policy
 from components.retrieval import BM25Retriever
 from components.syllables import NAME_SYLLABLES
 

@@ -10,12 +10,13 @@ import pytest
 import yaml
 
 from components.cli import main
-from components.evaluation.toolstar import imitable, split_tasks
+from components.evaluation.toolstar import imitable
 from components.toolstar.params import ToolStarParams
 from components.toolstar.evaluate import run_toolstar, summarize
 from components.orchestration.presets import apply_preset
 from components.params import load_section
 from components.toolstar.sandbox import SandboxParams
+from components.toolstar.splits import split_tasks
 from components.toolstar.tasks import Task, TaskError, read_tasks
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,11 +9,13 @@ import pytest
 
 from components.agent.loop import Limits
 from components.agent.types import TurnResult
-from components.evaluation.validate import (
-    FormatterParams, LimitsParams, ProsePlanFormatter, ValidateParams, first_call_origin, grounding, plan_entities,
-    run_validation, submission_lines, validate_checkpoint,
-)
+from components.agent.params import LimitsParams
+from components.evaluation.validate import validate_checkpoint
 from components.travel.tasks import dump_queries
+from components.travel.validation import (
+    FormatterParams, ProsePlanFormatter, ValidateParams, first_call_origin, grounding, plan_entities, run_validation,
+    submission_lines,
+)
 
 
 class ScriptedPolicy:

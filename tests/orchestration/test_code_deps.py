@@ -4,6 +4,8 @@ Which code: `star <command>` resolved through components/cli.py's parser to its 
 handler imports, transitively (an ast walk over components/ that counts function-local imports too, since the
 handlers import their stage code lazily). A stage's deps must cover each package of that closure
 (`components/travel`) and each shared top module (`components/params.py`), so the lists in dvc.yaml cannot rot.
+A stage that reaches an environment through the registry (components/environments.py) runs the packages of the
+kinds it names (every registered one where the kind comes from params, as in RL).
 Then a sample git + DVC repo with the real dvc.yaml, params and components tree, locked up to date with placeholder
 outputs: appending a comment to components/travel/reward.py makes `dvc status` name rl, validate@rl and report.
 """
@@ -78,6 +80,56 @@ def _handler_imports(module: str, function: str) -> set[str]:
     return _imports(top_level + [defined[n] for n in reached], module)
 
 
+REGISTRY = "components.environments"
+REGISTRY_CALLS = {"source_module", "package_module", "load_source", "reward_columns", "expert_policy"}
+
+
+def _registry_packages() -> dict[str, str]:
+    """kind -> the package of its `source` module, as components/environments.py registers them."""
+    from components import environments
+
+    return {kind: load().__package__ for kind, load in environments.ENVIRONMENTS.items()}
+
+
+def _module_strings(tree: ast.Module) -> dict[str, str]:
+    """The module's top-level string constants (`KIND = "travel"`)."""
+    return {target.id: stmt.value.value for stmt in tree.body if isinstance(stmt, ast.Assign)
+            and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+            for target in stmt.targets if isinstance(target, ast.Name)}
+
+
+def _registry_imports(tree: ast.Module) -> set[str]:
+    """The environment packages a module reaches through the registry (`environments.package_module(KIND, ...)` and
+    the other calls of REGISTRY_CALLS on the `environments` module; any of their modules): the packages of the kinds it names (a string, or a module constant holding one); every registered package where a
+    call's kind is only known at run time (`env.kind` from params)."""
+    packages, strings = _registry_packages(), _module_strings(tree)
+    reached: set[str] = set()
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args):
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and func.attr in REGISTRY_CALLS
+                and getattr(func.value, "id", None) == "environments"):
+            continue
+        kind = call.args[0]
+        kind = kind.value if isinstance(kind, ast.Constant) else strings.get(getattr(kind, "id", None))
+        reached |= {packages[kind]} if kind in packages else set(packages.values())
+    return reached
+
+
+def _module_imports(module: str) -> set[str]:
+    """What a module imports, with the registry's environment loaders replaced by the environments its callers name
+    (`_registry_imports`): a stage that reaches only travel through the registry does not run toolstar's code."""
+    found = _imports([_tree(module)], module)
+    if module == REGISTRY:
+        found = {m for m in found if not any(m == p or m.startswith(p + ".") for p in _registry_packages().values())}
+    return found | {m for package in _registry_imports(_tree(module)) for m in _package_modules(package)}
+
+
+def _package_modules(package: str) -> set[str]:
+    """Every module of a package (`components.qa` -> components.qa.env, components.qa.ood, ...)."""
+    directory = _module_file(package).parent
+    return {package} | {f"{package}.{path.stem}" for path in directory.glob("*.py") if path.stem != "__init__"}
+
+
 def _closure(modules: set[str]) -> set[str]:
     """`modules` and every project module they import (anywhere in their source), transitively."""
     seen: set[str] = set()
@@ -86,7 +138,7 @@ def _closure(modules: set[str]) -> set[str]:
         module = todo.pop()
         if module not in seen:
             seen.add(module)
-            todo.extend(_imports([_tree(module)], module) - seen)
+            todo.extend(_module_imports(module) - seen)
     return seen
 
 

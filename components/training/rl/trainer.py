@@ -13,7 +13,8 @@ Per step:
   6. append a row to plots/rl/rewards.csv, checkpoint every k steps, then log every metric to MLflow (after the
      checkpoint: a tracking stall or crash never costs a finished step);
   7. with `rl.eval.every`, decode the held-out queries greedily (step 0, every k steps, the last step) and score them
-     as the validate stage does (`run_validation`): MLflow `eval/*` and a row of plots/rl/eval.csv.
+     as the validate stage does (`run_validation`, components/travel/validation.py): MLflow `eval/*` and a row of
+     plots/rl/eval.csv.
 On start it resumes from the newest complete checkpoint: a killed run restarts without redoing finished steps, and
 its MLflow run links to the one it continues (`star.resumed_from_run`: the run id kept in the checkpoint).
 """
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 from components import environments
 from components.agent.environment import SourceInputs, TaskSource
 from components.errors import UserError
-from components.evaluation.validate import eval_check_names, load_held_out_queries, run_validation
+from components.evaluation.validate import validation
 from components.models.checkpoints import save_checkpoint as save_hf
 from components.models.checkpoints import write_manifest
 from components.models.loading import load_policy_model, load_tokenizer, resolve_device, resolve_dtype
@@ -182,7 +183,7 @@ def append_rewards_csv(path: Path, row: dict) -> None:
 
 def eval_columns() -> list[str]:
     """plots/rl/eval.csv's columns: the step, the strict set metrics and each check's pass rate."""
-    return ["step", *EVAL_METRICS, *eval_check_names()]
+    return ["step", *EVAL_METRICS, *validation().eval_check_names()]
 
 
 def evaluation_due(step: int, every: int | None, last_step: int) -> bool:
@@ -207,14 +208,14 @@ def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
     """The held-out queries of `rl.eval` (None when it is off), level-stratified to `rl.eval.max_queries`."""
     if params.eval.every is None:
         return None
-    return load_held_out_queries(paths.eval_queries, params.eval.max_queries)
+    return validation().load_held_out_queries(paths.eval_queries, params.eval.max_queries)
 
 
 def evaluate_greedy(engine: RolloutEngine, queries: list) -> dict:
     """The strict validation summary of the engine's policy decoded greedily on `queries` (the validate stage's
     episodes, limits of the rollouts)."""
-    _, metrics = run_validation(engine.source.world, queries, greedy_policy(engine.policy), engine.limits,
-                                tokenizer=engine.tokenizer, progress=False)
+    _, metrics = validation().run_validation(engine.source.world, queries, greedy_policy(engine.policy),
+                                             engine.limits, tokenizer=engine.tokenizer, progress=False)
     return metrics["strict"]
 
 

@@ -53,7 +53,8 @@ def test_an_evaluation_without_its_query_file_is_refused_with_the_fix(tmp_path, 
 def test_greedy_evaluation_logs_the_validate_stage_metrics_and_leaves_training_untouched(
         tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path):
     from components.evaluation.policy import DecodingParams, LimitsParams
-    from components.evaluation.validate import ValidateParams, validate_checkpoint
+    from components.evaluation.validate import validate_checkpoint
+    from components.travel.validation import ValidateParams
 
     paths = paths_in(tmp_path / "eval", tiny_model_dir, tiny_world_dir, rl_queries_path)
     logged = []
