@@ -71,6 +71,10 @@ def test_the_agent_layer_and_the_trainers_import_no_environment():
     assert graph["training"] & ENVIRONMENTS == set()
 
 
+def test_the_synthesis_stages_import_no_environment():
+    assert package_graph()["synthesis"] & ENVIRONMENTS == set()
+
+
 def test_environments_import_no_other_environment():
     graph = package_graph()
     assert {env: graph[env] & (ENVIRONMENTS - {env}) for env in ENVIRONMENTS} == {env: set() for env in ENVIRONMENTS}

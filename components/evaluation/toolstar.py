@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from components.agent.environment import trained_turn
 from components.agent.loop import Limits
 from components.evaluation.policy import load_checkpoint_policy
 from components.retrieval import load_corpus
@@ -27,9 +28,6 @@ from components.toolstar.evaluate import load_environment, run_toolstar, summari
 from components.toolstar.params import TaskSplits, ToolStarParams
 from components.toolstar.expert import ToolStarExpertPolicy
 from components.toolstar.tasks import Task, TaskError, generate_tasks, read_tasks, write_tasks
-
-ENV_ERROR_PREFIX = "Error:"  # how ToolStarEnv's own messages (format errors, the call limit) start
-
 
 # --- tasks ------------------------------------------------------------------------------------------------------
 
@@ -77,16 +75,6 @@ def build_tasks(params: ToolStarParams, qa_dir: str | Path, out_dir: str | Path)
 
 # --- SFT records ------------------------------------------------------------------------------------------------
 
-def imitable(messages: list[dict], index: int) -> bool:
-    """Whether SFT trains message `index`: an assistant turn, unless the environment answered it with an error
-    (`Error: …`, a malformed turn or a call over the limit); such a turn stays in the context, untrained."""
-    if messages[index]["role"] != "assistant":
-        return False
-    following = messages[index + 1] if index + 1 < len(messages) else None
-    return not (following is not None and following["role"] == "user"
-                and following["content"].lstrip().startswith(ENV_ERROR_PREFIX))
-
-
 def sft_record(record: dict, tokens: int) -> dict:
     """The chat-format SFT record of a scored episode (the sft_data stage's fields, the task kind as the level)."""
     messages = record["messages"]
@@ -95,7 +83,7 @@ def sft_record(record: dict, tokens: int) -> dict:
         "id": record["id"],
         "level": record["kind"],
         "template": record.get("template"),
-        "messages": [{"role": m["role"], "content": m["content"], "train": imitable(messages, i)}
+        "messages": [{"role": m["role"], "content": m["content"], "train": trained_turn(messages, i)}
                      for i, m in enumerate(messages)],
         "num_tokens": tokens,
         "num_turns": record.get("num_turns"),
