@@ -1,4 +1,5 @@
-"""The queries stage: sample feasible queries by level into disjoint SFT, RL and validation sets.
+"""The queries stage (`star queries`, travel's task generation): sample feasible queries by level into disjoint SFT,
+RL and validation sets.
 
 Skeleton -> budget -> feasibility (prechecks, then the expert's solver through the real tools) -> text. Training
 sets (SFT, RL) draw from the cities outside `world.holdout_states`; the validation set draws only from held-out
