@@ -39,7 +39,7 @@ from components.travel.env import travel_episodes
 from components.travel.evaluate import travel_evaluate
 from components.agent.types import TurnRequest
 from components.travel.expert import ExpertConfig, ExpertPolicy
-from components.synthesis.synthesize import QueriesParams, synthesize_splits
+from components.travel.queries import QueriesParams, synthesize_splits
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World
 from random_base import add_model_arguments, describe, random_base

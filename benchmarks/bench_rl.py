@@ -31,7 +31,7 @@ from components.agent.loop import Limits
 from components.models.checkpoints import save_checkpoint
 from components.params import read_yaml
 from components.travel.expert import ExpertConfig, ExpertPolicy
-from components.synthesis.synthesize import QueriesParams, synthesize_splits
+from components.travel.queries import QueriesParams, synthesize_splits
 from components.training.rl.engine import RolloutEngine
 from components.training.rl.optim import TorchOptimizer
 from components.training.rl.params import RLParams, RolloutParams

@@ -32,7 +32,7 @@ from components.agent.types import TurnRequest
 from components.models.factory import count_parameters
 from components.models.gguf import load_gguf, packaged_gguf
 from components.travel.expert import ExpertConfig, ExpertPolicy
-from components.synthesis.synthesize import QueriesParams, synthesize_splits
+from components.travel.queries import QueriesParams, synthesize_splits
 from components.training.sft import accumulate_gradients, encode_record
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World

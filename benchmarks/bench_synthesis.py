@@ -23,7 +23,7 @@ from components.agent.loop import Limits, run_episodes
 from components.travel.env import travel_episodes
 from components.travel.evaluate import travel_evaluate
 from components.travel.expert import ExpertConfig, ExpertPolicy, solve_with_tools
-from components.synthesis.synthesize import QueriesParams, synthesize_splits
+from components.travel.queries import QueriesParams, synthesize_splits
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World
 

@@ -3,8 +3,9 @@
 Every environment package has the same modules: `env` (the episode, `components.agent.environment`'s protocol),
 `tasks` (its task records), `expert` (a scripted policy that solves them), `reward` (the score of a finished
 episode), `evaluate` (episodes through the agent loop and their metrics) and `source` (what the stages draw from:
-`KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed)`), and an environment's own stage code
-(its params, data building, a checkpoint's evaluation) in modules beside them. The stages (RL, SFT data,
+`KIND`, `REWARD_COLUMNS`, `load_source(SourceInputs)`, `expert_policy(seed, **options)`; and, for an environment
+the trajectories stage runs on, `input_digests(source, items)`), and an environment's own stage code (its params,
+data building, a checkpoint's evaluation) in modules beside them. The stages (RL, SFT data, trajectories,
 evaluation) reach an environment through this module and that protocol only.
 
     source = load_source("travel", SourceInputs(tasks=Path("data/queries/rl.jsonl"), files={"world": world_dir}))
@@ -16,8 +17,9 @@ a test or a plugin, `register("counting", lambda: counting_source_module)`).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 from components.agent.environment import SourceInputs, TaskSource
 from components.errors import UserError
@@ -91,6 +93,17 @@ def reward_columns(kind: str) -> list[str]:
     return list(source_module(kind).REWARD_COLUMNS)
 
 
-def expert_policy(kind: str, seed: int = 0):
-    """The programmatic expert of the environment `kind` (a `Policy`: the SFT data's teacher)."""
-    return source_module(kind).expert_policy(seed)
+def expert_policy(kind: str, seed: int = 0, **options):
+    """The programmatic expert of the environment `kind` (a `Policy`: the SFT data's teacher); `options` are its
+    settings beside the seed (travel: mistake_rate, max_routes, shortlist, max_tool_calls, slip_rate)."""
+    return source_module(kind).expert_policy(seed, **options)
+
+
+def input_digests(kind: str, source: TaskSource, items: Sequence) -> dict[str, Any]:
+    """The digests of `source`'s inputs and of each of `items` (under "queries", by key) that a resumed
+    trajectories stage must find unchanged."""
+    module = source_module(kind)
+    if not hasattr(module, "input_digests"):
+        raise UserError(f"the {kind} environment's {module.__name__} has no input_digests(source, items): the "
+                        "trajectories stage needs it to resume its output safely; add it there")
+    return module.input_digests(source, items)

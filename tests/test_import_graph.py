@@ -71,8 +71,10 @@ def test_the_agent_layer_and_the_trainers_import_no_environment():
     assert graph["training"] & ENVIRONMENTS == set()
 
 
-def test_the_evaluation_stages_import_no_environment():
-    assert package_graph()["evaluation"] & ENVIRONMENTS == set()
+def test_the_evaluation_and_synthesis_stages_import_no_environment():
+    graph = package_graph()
+    assert graph["evaluation"] & ENVIRONMENTS == set()
+    assert graph["synthesis"] & ENVIRONMENTS == set()
 
 
 def test_environments_import_no_other_environment():

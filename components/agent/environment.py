@@ -11,6 +11,11 @@ one `Step` type its `step` returns. The agent loop knows environments only throu
 
 `info["kind"]` is the turn's kind the loop counts: "tool" (a tool call; `tool`, `arguments`, `tool_error`),
 "protocol_error" (`error`: what was wrong), "answer", or an environment's own kind (counted as neither).
+
+An observation that reports the turn's own mistake (a malformed turn, a bad or missing argument, an unknown tool or
+name, a call over a limit) starts with `Error:` (travel's unknown city or state: `Unknown city '…`/`Unknown state
+'…`), inside the environment's `<tool_response>` wrapper or bare: `is_turn_error`. SFT never trains such a turn
+(`trained_turn`), only what follows it.
 """
 from __future__ import annotations
 
@@ -44,6 +49,31 @@ class Environment(Protocol):
     def step(self, assistant_text: str) -> Step: ...
 
 
+# ---- which assistant turns SFT trains (the sft_data stage's, and every expert's SFT records) ----------------------
+
+TURN_ERROR_PREFIXES = ("Error:", "Unknown city '", "Unknown state '")
+TRANSIENT_FAILURE = "temporarily unavailable"  # an injected service failure: retrying the same call is right
+
+
+def is_turn_error(observation: str) -> bool:
+    """Whether an observation reports a mistake in the turn it answers (see the module docstring), as opposed to a
+    tool's result, an empty one ("There is no flight …") included, or a transient failure."""
+    text = observation.strip()
+    if text.startswith("<tool_response>"):
+        text = text[len("<tool_response>"):].strip()
+    return text.startswith(TURN_ERROR_PREFIXES) and TRANSIENT_FAILURE not in text
+
+
+def trained_turn(messages: list[dict], index: int) -> bool:
+    """Whether SFT trains message `index`: an assistant turn, unless the environment's next message reports it as a
+    mistake (`is_turn_error`). Such a turn stays in the context, so the model learns the recovery that follows it,
+    never the mistake."""
+    if messages[index]["role"] != "assistant":
+        return False
+    following = messages[index + 1] if index + 1 < len(messages) else None
+    return not (following is not None and following["role"] == "user" and is_turn_error(following["content"]))
+
+
 # ---- what the stages need from an environment beyond one episode (the registry, components/environments.py) ------
 
 @dataclass(frozen=True)
@@ -66,13 +96,16 @@ class SourceInputs:
     `tasks`: the task file (travel: a query JSONL; toolstar: a task JSONL); `files`: the environment's other inputs
     by name (travel: "world"; toolstar: "qa", the search corpus folder, and "params", params/toolstar.yaml);
     `max_items`: the first N records only; `failure_rate`: injected tool failures; `reward`: the RL reward settings
-    (`rl.reward` as a dict; an environment reads the keys it knows)."""
+    (`rl.reward` as a dict; an environment reads the keys it knows); `full_evaluation`: `evaluate` scores every
+    mode the environment has, not only what its reward reads (travel: the official evaluator beside the strict
+    one; an environment with one mode has nothing more to add)."""
 
     tasks: Path
     files: dict[str, Path | None] = field(default_factory=dict)
     max_items: int | None = None
     failure_rate: float = 0.0
     reward: dict = field(default_factory=dict)
+    full_evaluation: bool = False
 
 
 class TaskSource(Protocol):

@@ -17,12 +17,12 @@ from pathlib import Path
 from types import ModuleType
 
 from components import environments
+from components.agent.environment import trained_turn
 from components.agent.loop import Limits
 from components.evaluation.policy import load_checkpoint_policy
 from components.synthesis.filter import estimate_counter, fingerprint, split_train_eval, trajectory_tokens
 
 KIND = "toolstar"  # the environment of the Tool-Star branch's stages
-ENV_ERROR_PREFIX = "Error:"  # how ToolStarEnv's own messages (format errors, the call limit) start
 
 
 def toolstar(module: str) -> ModuleType:
@@ -32,16 +32,6 @@ def toolstar(module: str) -> ModuleType:
 
 # --- SFT records ------------------------------------------------------------------------------------------------
 
-def imitable(messages: list[dict], index: int) -> bool:
-    """Whether SFT trains message `index`: an assistant turn, unless the environment answered it with an error
-    (`Error: …`, a malformed turn or a call over the limit); such a turn stays in the context, untrained."""
-    if messages[index]["role"] != "assistant":
-        return False
-    following = messages[index + 1] if index + 1 < len(messages) else None
-    return not (following is not None and following["role"] == "user"
-                and following["content"].lstrip().startswith(ENV_ERROR_PREFIX))
-
-
 def sft_record(record: dict, tokens: int) -> dict:
     """The chat-format SFT record of a scored episode (the sft_data stage's fields, the task kind as the level)."""
     messages = record["messages"]
@@ -50,7 +40,7 @@ def sft_record(record: dict, tokens: int) -> dict:
         "id": record["id"],
         "level": record["kind"],
         "template": record.get("template"),
-        "messages": [{"role": m["role"], "content": m["content"], "train": imitable(messages, i)}
+        "messages": [{"role": m["role"], "content": m["content"], "train": trained_turn(messages, i)}
                      for i, m in enumerate(messages)],
         "num_tokens": tokens,
         "num_turns": record.get("num_turns"),

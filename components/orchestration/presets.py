@@ -198,7 +198,7 @@ def apply_preset(name: str, params_dir: Path) -> list[Change]:
 # before a pipeline run, so a typo fails in a second instead of after an hour of upstream stages.
 PARAMS_MODELS = {
     "world": "components.travel.synthetic:WorldParams",
-    "queries": "components.synthesis.synthesize:QueriesParams",
+    "queries": "components.travel.queries:QueriesParams",
     "teacher": "components.synthesis.teacher:TeacherParams",
     "filter": "components.synthesis.filter:FilterParams",
     "model": "components.models.params:ModelParams",

@@ -1,2 +1,2 @@
-"""Synthesis: query sampling, budgets, feasibility and text; the programmatic expert and the endpoint teacher;
-trajectory filtering into SFT records."""
+"""Synthesis: the trajectories stage (the teacher through the agent loop), trajectory filtering into SFT records,
+and SFT records from any environment's expert. Environments are reached through `components.environments` only."""

@@ -1,4 +1,5 @@
-"""`star queries`, `star teach`, `star filter`: the queries, trajectories and sft_data stages.
+"""`star teach`, `star filter`: the trajectories and sft_data stages (the queries stage, travel's task generation,
+is `star queries` in components/travel/commands.py).
 
 Each handler reads its typed params, opens one MLflow child run (`components.tracking.stage_run`), writes its
 outputs and metrics JSON, and prints where they went. Heavy imports stay inside the handlers.
@@ -15,13 +16,6 @@ from components.errors import UserError
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the synthesis stages to the CLI."""
-    queries = subparsers.add_parser("queries", help="synthesise feasible queries: data/queries/{sft,rl,val}.jsonl")
-    queries.add_argument("--params", default="params/queries.yaml", type=Path, help="file with a `queries:` section")
-    queries.add_argument("--world", default="data/world", type=Path, help="world directory")
-    queries.add_argument("--out", default="data/queries", type=Path, help="folder for sft/rl/val.jsonl")
-    queries.add_argument("--metrics", default="metrics/queries.json", type=Path, help="stage summary JSON")
-    queries.set_defaults(handler=queries_handler)
-
     teach = subparsers.add_parser("teach", help="roll the teacher out on queries (resumable JSONL of trajectories)")
     teach.add_argument("--params", default="params/teacher.yaml", type=Path, help="file with a `teacher:` section")
     teach.add_argument("--world", default="data/world", type=Path, help="world directory")
@@ -46,70 +40,24 @@ def write_json(data: dict, path: Path) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
-def _load_world(path: Path):
-    from components.travel.world import World
-
-    return World.load(path)
-
-
-def queries_handler(args: argparse.Namespace) -> int:
-    """The queries stage."""
-    from components import tracking
-    from components.params import load_section
-    from components.synthesis.synthesize import QueriesParams, synthesize_splits
-    from components.travel.tasks import dump_queries, load_any
-
-    params = load_section(args.params, "queries", QueriesParams)
-    world = _load_world(args.world)
-    val_queries = None
-    if params.val_source:
-        if not Path(params.val_source).exists():
-            raise UserError(f"queries.val_source {params.val_source} does not exist; point it to the official "
-                            "validation CSV/JSONL or set it to null to synthesise the validation set")
-        val_queries = load_any(params.val_source)
-    client = _text_client(params)
-    with tracking.stage_run("queries", params=params) as run:
-        try:
-            splits, summary = synthesize_splits(world, params, text_client=client, val_queries=val_queries)
-        finally:
-            if client is not None:
-                client.close()
-        for name, queries in splits.items():
-            dump_queries(queries, args.out / f"{name}.jsonl")
-        write_json(summary, args.metrics)
-        run.log_stats(summary)
-        run.log_artifact(args.metrics)
-    sizes = ", ".join(f"{k} {v}" for k, v in summary["sizes"].items())
-    print(f"wrote {args.out}/{{sft,rl,val}}.jsonl ({sizes}; {summary['attempts']} skeletons tried); "
-          f"metrics in {args.metrics}")
-    return 0
-
-
-def _text_client(params):
-    if params.text.mode != "llm":
-        return None
-    from components.agent.http import OpenAIChatClient
-
-    return OpenAIChatClient(params.text.endpoint.config())
-
-
 def teach_handler(args: argparse.Namespace) -> int:
-    """The trajectories stage."""
-    from components import tracking
+    """The trajectories stage: the teacher on the queries of `--queries` over the world of `--world`."""
+    from components import environments, tracking
+    from components.agent.environment import SourceInputs
     from components.params import load_section
-    from components.synthesis.teacher import TeacherParams, teach
-    from components.travel.tasks import load_queries
+    from components.synthesis.teacher import TEACHER_ENV, TeacherParams, teach
 
     params = load_section(args.params, "teacher", TeacherParams)
-    world = _load_world(args.world)
-    queries = load_queries(args.queries)
+    inputs = SourceInputs(tasks=args.queries, files={"world": args.world}, failure_rate=params.failure_rate,
+                          full_evaluation=True)
+    source = environments.load_source(TEACHER_ENV, inputs)
     if args.fresh:
         from components.synthesis.teacher import settings_path
 
         for path in (args.out, settings_path(args.out)):
             path.unlink(missing_ok=True)
     with tracking.stage_run("trajectories", params=params) as run:
-        summary = teach(world, queries, params, args.out)
+        summary = teach(source, params, args.out)
         write_json(summary, args.metrics)
         run.log_stats(summary)
         run.log_artifact(args.metrics)

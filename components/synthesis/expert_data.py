@@ -3,36 +3,24 @@ through the agent loop, keep each solved episode (a positive reward) once, as a 
 
     records, metrics = expert_sft_records("toolstar", SourceInputs(tasks=..., files={...}), Limits(max_turns=8))
 
-Assistant turns are trained unless the environment answered one with an error (an observation starting with
-`Error:`, the protocols' convention); tool results stay user messages, masked out of the loss.
+Assistant turns are trained unless the environment answered one with an error (`trained_turn`,
+components/agent/environment.py); tool results stay user messages, masked out of the loss.
 """
 from __future__ import annotations
 
 from collections import Counter
 
 from components import environments
-from components.agent.environment import SourceInputs
+from components.agent.environment import SourceInputs, trained_turn
 from components.agent.loop import Limits, run_episodes
 from components.synthesis.filter import estimate_counter, fingerprint, trajectory_tokens
-
-ENV_ERROR_PREFIXES = ("Error:", "<tool_response>\nError:")
-
-
-def trained(messages: list[dict], index: int) -> bool:
-    """Whether SFT trains message `index`: an assistant turn the environment did not answer with an error."""
-    if messages[index]["role"] != "assistant":
-        return False
-    following = messages[index + 1] if index + 1 < len(messages) else None
-    return not (following is not None and following["role"] == "user"
-                and following["content"].lstrip().startswith(ENV_ERROR_PREFIXES))
-
 
 def sft_record(record: dict, tokens: int) -> dict:
     """The chat-format SFT record of a finished episode (the sft_data stage's fields)."""
     messages = record["messages"]
     return {"idx": record["idx"], "level": record.get("level"), "num_tokens": tokens,
             "num_turns": record.get("num_turns"), "num_tool_calls": record.get("num_tool_calls"),
-            "messages": [{"role": m["role"], "content": m["content"], "train": trained(messages, i)}
+            "messages": [{"role": m["role"], "content": m["content"], "train": trained_turn(messages, i)}
                          for i, m in enumerate(messages)]}
 
 

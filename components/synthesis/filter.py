@@ -18,11 +18,11 @@ from typing import Any, Callable
 from pydantic import Field
 from transformers import AutoTokenizer
 
+from components.agent.environment import trained_turn
 from components.errors import UserError
 from components.jsonl import iter_jsonl
 from components.models.chat_format import render_message
 from components.params import Params
-from components.travel.tools import is_argument_error
 
 DROP_REASONS = ("not_answered", "protocol_errors", "failed_strict", "too_many_turns", "too_long", "duplicate")
 
@@ -76,24 +76,15 @@ def drop_reason(record: dict, tokens: int, params: FilterParams) -> str | None:
     return None
 
 
-def imitable(messages: list[dict], index: int) -> bool:
-    """Whether SFT trains message `index`: an assistant turn, unless the environment answered it with an argument
-    error (an unknown city, a missing argument: `tools.is_argument_error`). Such a turn stays in the context, so
-    the model learns the recovery that follows it (the expert's `slip_rate`), never the mistake."""
-    if messages[index]["role"] != "assistant":
-        return False
-    following = messages[index + 1] if index + 1 < len(messages) else None
-    return not (following is not None and following["role"] == "user" and is_argument_error(following["content"]))
-
-
 def sft_record(record: dict, tokens: int) -> dict:
-    """The chat-format SFT record: messages with `train` from `imitable`, plus the trajectory's own token ids and
+    """The chat-format SFT record: messages with `train` from `trained_turn` (an assistant turn the environment did
+    not answer with an error: the slip, not the recovery, is left untrained), plus the trajectory's own token ids and
     mask when it carries them (the mask as sampled: SFT builds its own from the messages)."""
     messages = record["messages"]
     out = {
         "idx": record["idx"],
         "level": record.get("level"),
-        "messages": [{"role": m["role"], "content": m["content"], "train": imitable(messages, i)}
+        "messages": [{"role": m["role"], "content": m["content"], "train": trained_turn(messages, i)}
                      for i, m in enumerate(messages)],
         "num_tokens": tokens,
         "num_turns": record.get("num_turns"),

@@ -1,12 +1,16 @@
-"""The trajectories stage: run a teacher (the programmatic expert, or an OpenAI-compatible endpoint) through the
-same agent loop the policy uses, and keep every trajectory with its evaluation.
+"""The trajectories stage: run a teacher (the environment's programmatic expert, or an OpenAI-compatible endpoint)
+through the same agent loop the policy uses, and keep every trajectory with its evaluation.
+
+The environment is reached through the registry (`components.environments`): its task source gives the episodes
+(`episode(item, seed + key(item))`) and the evaluation (`evaluate`, every mode: the source is loaded with
+`full_evaluation`), its `source` module the expert (`expert_policy(seed, **options)`) and the digests of the inputs
+(`input_digests(source, items)`). The stage runs on travel (`TEACHER_ENV`): its items are the queries, keyed by idx.
 
 Output is resumable: each trajectory is appended to the JSONL (flushed and fsynced) the moment its episode ends,
 and a rerun skips every idx already there, so a crash loses no finished trajectory and redoes none.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -17,16 +21,15 @@ from typing import Any, Iterable
 from pydantic import Field, model_validator
 from tqdm.auto import tqdm
 
+from components import environments
+from components.agent.environment import TaskSource
 from components.agent.http import OpenAIChatPolicy
 from components.agent.loop import run_episodes
-from components.travel.env import travel_episodes
-from components.travel.evaluate import travel_evaluate
 from components.agent.params import EndpointParams, LimitsParams, limits_defaulting_to
 from components.errors import UserError
 from components.params import Params
-from components.travel.expert import ExpertConfig, ExpertPolicy
-from components.travel.tasks import Query
 
+TEACHER_ENV = "travel"  # the environment whose queries (data/queries/sft.jsonl) the stage solves
 
 TEACHER_LIMITS = {"max_turns": 60, "max_tokens_per_turn": 4096, "max_context_tokens": 32768}  # Agent-STAR's
 TeacherLimits = limits_defaulting_to(**TEACHER_LIMITS)  # a `limits` section's missing keys take these
@@ -56,15 +59,16 @@ class TeacherParams(Params):
             raise ValueError("kind 'endpoint' needs an endpoint section (base_url, model, api_key_env)")
         return self
 
-    def expert_config(self) -> ExpertConfig:
-        return ExpertConfig(self.mistake_rate, self.max_routes, self.shortlist, self.seed, self.max_tool_calls,
-                            self.slip_rate)
+    def expert_options(self) -> dict[str, Any]:
+        """The expert's settings beside its seed (travel's `ExpertConfig` fields)."""
+        return {"mistake_rate": self.mistake_rate, "max_routes": self.max_routes, "shortlist": self.shortlist,
+                "max_tool_calls": self.max_tool_calls, "slip_rate": self.slip_rate}
 
 
-def make_policy(params: TeacherParams) -> Any:
-    """The teacher's policy backend."""
+def make_policy(params: TeacherParams, kind: str) -> Any:
+    """The teacher's policy backend: the expert of the environment `kind`, or the endpoint."""
     if params.kind == "expert":
-        return ExpertPolicy(params.expert_config())
+        return environments.expert_policy(kind, params.seed, **params.expert_options())
     return OpenAIChatPolicy(params.endpoint.config())
 
 
@@ -107,19 +111,9 @@ def settings_path(out: Path) -> Path:
     return out.with_name(out.name + ".settings.json")
 
 
-def digest(value: Any) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def input_hashes(world: Any, queries: list[Query]) -> dict[str, Any]:
-    """sha256 of the world (its manifest: table hashes and generator params) and of each query, by idx."""
-    manifest = {k: v for k, v in dict(getattr(world, "manifest", None) or {}).items() if k != "created"}
-    return {"world": digest(manifest), "queries": {str(q.idx): digest(q.to_dict()) for q in queries}}
-
-
 def check_resumable(out: Path, params: TeacherParams, inputs: dict[str, Any] | None = None) -> None:
     """Refuse to resume an output written with other teacher settings, another world or other queries under the
-    same idx (`input_hashes`; more queries is fine); record them for the next run."""
+    same idx (`inputs`: the environment's `input_digests`; more queries is fine); record them for the next run."""
     # what shapes the trajectories; where the endpoint lives and how it is called (URL, retries...) does not
     settings = params.model_dump(mode="json", exclude={"limit", "batch_size", "endpoint"})
     if params.endpoint is not None:
@@ -148,33 +142,34 @@ def batches(items: list, size: int) -> Iterable[list]:
         yield items[start:start + size]
 
 
-def teach(world: Any, queries: list[Query], params: TeacherParams, out: Path, progress: bool = True) -> dict:
-    """Roll the teacher out on every query not yet in `out`; returns the stage summary over the whole file."""
+def teach(source: TaskSource, params: TeacherParams, out: Path, progress: bool = True) -> dict:
+    """Roll the teacher out on every item of `source` not yet in `out` (records are keyed by `source.key(item)`,
+    their idx); returns the stage summary over the whole file."""
     started = time.perf_counter()
-    queries = queries[: params.limit] if params.limit else queries
-    check_resumable(out, params, input_hashes(world, queries))
+    items = source.items[: params.limit] if params.limit else source.items
+    check_resumable(out, params, environments.input_digests(source.kind, source, items))
     done = {r["idx"] for r in read_finished(out)}
-    todo = [q for q in queries if q.idx not in done]
-    policy = make_policy(params)
+    todo = [item for item in items if source.key(item) not in done]
+    policy = make_policy(params, source.kind)
     append = JsonlAppender(out)
-    evaluate = travel_evaluate(world)
     limits = params.limits.to_limits()
     try:
         with tqdm(total=len(todo), desc="teacher", unit="traj", disable=not progress) as bar:
             for chunk in batches(todo, params.batch_size):
-                episodes = travel_episodes(world, chunk, params.failure_rate, params.seed)
+                episodes = [source.episode(item, params.seed + source.key(item)) for item in chunk]
 
                 def finished(record: dict) -> None:
                     append(record)
                     bar.update(1)
 
-                run_episodes(episodes, policy, limits, evaluate=evaluate, on_finished=finished, progress=False)
+                run_episodes(episodes, policy, limits, evaluate=source.evaluate, on_finished=finished,
+                             progress=False)
     finally:
         append.close()
         if hasattr(policy, "close"):
             policy.close()
     wall = time.perf_counter() - started
-    wanted = {q.idx for q in queries}
+    wanted = {source.key(item) for item in items}
     records = [r for r in read_finished(out) if r["idx"] in wanted]
     summary = summarize_trajectories(records)
     summary.update({"resumed": len(done & wanted), "generated": len(todo), "wall_s": round(wall, 3),

@@ -1,4 +1,5 @@
-"""`star world …` (build, import, synth), `star tool` (call one sandbox tool from the shell) and `star evaluate`.
+"""`star world …` (build, import, synth), `star tool` (call one sandbox tool from the shell), `star evaluate` and
+`star queries` (the queries stage: travel's task generation, `queries.py`).
 
 `star evaluate` scores a plans file against its queries in official and/or strict mode:
 
@@ -52,6 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tool.add_argument("arguments", help="JSON object of arguments")
     tool.set_defaults(handler=tool_handler)
     register_evaluate(subparsers)
+    register_queries(subparsers)
 
 
 def _load_world_params(path: str):
@@ -232,3 +234,58 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print(format_table(metrics))
     print(f"wrote {out} and {per_plan}")
     return 0
+
+
+# ---- the queries stage ---------------------------------------------------------------------------------------------
+
+def register_queries(subparsers: argparse._SubParsersAction) -> None:
+    queries = subparsers.add_parser("queries", help="synthesise feasible queries: data/queries/{sft,rl,val}.jsonl")
+    queries.add_argument("--params", default="params/queries.yaml", type=Path, help="file with a `queries:` section")
+    queries.add_argument("--world", default="data/world", type=Path, help="world directory")
+    queries.add_argument("--out", default="data/queries", type=Path, help="folder for sft/rl/val.jsonl")
+    queries.add_argument("--metrics", default="metrics/queries.json", type=Path, help="stage summary JSON")
+    queries.set_defaults(handler=queries_handler)
+
+
+def queries_handler(args: argparse.Namespace) -> int:
+    """The queries stage: the SFT, RL and validation query sets of one world, and their summary."""
+    from components import tracking
+    from components.params import load_section
+    from components.travel.queries import QueriesParams, synthesize_splits
+    from components.travel.tasks import dump_queries, load_any
+    from components.travel.world import World
+
+    params = load_section(args.params, "queries", QueriesParams)
+    world = World.load(args.world)
+    val_queries = None
+    if params.val_source:
+        if not Path(params.val_source).exists():
+            raise UserError(f"queries.val_source {params.val_source} does not exist; point it to the official "
+                            "validation CSV/JSONL or set it to null to synthesise the validation set")
+        val_queries = load_any(params.val_source)
+    client = _text_client(params)
+    with tracking.stage_run("queries", params=params) as run:
+        try:
+            splits, summary = synthesize_splits(world, params, text_client=client, val_queries=val_queries)
+        finally:
+            if client is not None:
+                client.close()
+        for name, queries in splits.items():
+            dump_queries(queries, args.out / f"{name}.jsonl")
+        args.metrics.parent.mkdir(parents=True, exist_ok=True)
+        args.metrics.write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+        run.log_stats(summary)
+        run.log_artifact(args.metrics)
+    sizes = ", ".join(f"{k} {v}" for k, v in summary["sizes"].items())
+    print(f"wrote {args.out}/{{sft,rl,val}}.jsonl ({sizes}; {summary['attempts']} skeletons tried); "
+          f"metrics in {args.metrics}")
+    return 0
+
+
+def _text_client(params):
+    """The back-translation client of `text.mode: llm`; None for templates."""
+    if params.text.mode != "llm":
+        return None
+    from components.agent.http import OpenAIChatClient
+
+    return OpenAIChatClient(params.text.endpoint.config())

@@ -20,10 +20,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generator
 
+from components.agent.environment import is_turn_error
 from components.agent.types import TurnRequest, TurnResult
 from components.travel.tasks import Query
 from components.syllables import NAME_SYLLABLES
-from components.travel.tools import call_tool, is_argument_error, parse_observation
+from components.travel.tools import call_tool, parse_observation
 
 MISTAKES = ("wrong_city_restaurant", "repeat_restaurant", "skip_constraint", "over_budget")
 ROOM_TYPE_OF = {"entire room": "Entire home/apt", "private room": "Private room", "shared room": "Shared room"}
@@ -44,7 +45,7 @@ class ExpertConfig:
     the search in time to answer within the episode's turn limit; `slip_rate` is the probability that a call with a
     city argument is first made with a slipped name (`slip_name`), so the trajectory shows the recovery: the
     environment's unknown-city error, then a think naming the exact city and the corrected call. The filter never
-    trains the slipped turn itself (components/synthesis/filter.py), only the recovery."""
+    trains the slipped turn itself (`trained_turn`, components/agent/environment.py), only the recovery."""
 
     mistake_rate: float = 0.0
     max_routes: int = 30
@@ -267,7 +268,7 @@ class Expert:
         self.notes = []
         observation = yield Action(think=think, name=name, arguments={**arguments, argument: wrong})
         self.tool_calls += 1
-        if is_argument_error(observation or ""):
+        if is_turn_error(observation or ""):
             self.notes.append(SLIP_NOTE.format(wrong=wrong, right=right))
         else:
             self.notes.append(f"That was {wrong}; I meant {right}.")

@@ -1,12 +1,15 @@
 """The travel environment's task source (`env.kind: travel`): TravelPlanner queries over one world, the strict
-evaluation of each rollout's plan and the STAR reward kinds (`reward.py`: SUM, MACRO, SUCCESS, CURRICULUM, or the
-format reward for a trajectory with no parseable plan or a protocol failure).
+evaluation of each rollout's plan (both evaluator modes with `full_evaluation`: the trajectories stage's records)
+and the STAR reward kinds (`reward.py`: SUM, MACRO, SUCCESS, CURRICULUM, or the format reward for a trajectory with
+no parseable plan or a protocol failure).
 
     source = load_source(SourceInputs(tasks=Path("data/queries/rl.jsonl"), files={"world": Path("data/world")}))
     episode = source.episode(source.items[0], seed=0)
 """
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +19,7 @@ from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
 from components.errors import UserError
 from components.travel.env import TravelEnv
-from components.travel.evaluate import PlanEvaluation, evaluate_plan
+from components.travel.evaluate import PlanEvaluation, evaluate_plan, travel_evaluate
 from components.travel.expert import ExpertConfig, ExpertPolicy
 from components.travel.reward import COMPONENTS, RewardWeights, reward
 from components.travel.tasks import level_stratified_prefix, load_queries
@@ -84,6 +87,7 @@ class TravelSource:
     reward_settings: dict = field(default_factory=dict)  # rl.reward
     world_dir: Path | None = None
     tasks_path: Path | None = None
+    full_evaluation: bool = False  # evaluate in both modes (strict and official), not only the reward's strict
     kind: str = KIND
     reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
 
@@ -99,6 +103,8 @@ class TravelSource:
         return Episode(idx=query.idx, env=env, meta={"level": query.level, "query": query})
 
     def evaluate(self, episode: Episode, record: dict) -> dict:
+        if self.full_evaluation:
+            return travel_evaluate(self.world)(episode, record)
         return strict_evaluation(self.world, episode.meta["query"], record)
 
     def reward(self, record: dict, progress: float) -> TaskReward:
@@ -119,18 +125,32 @@ def load_source(inputs: SourceInputs) -> TravelSource:
     `inputs.files["world"]`."""
     world_dir = inputs.files.get("world")
     if not Path(inputs.tasks).exists():
-        raise UserError(f"RL query file {inputs.tasks} does not exist (run the `queries` stage: dvc repro queries)")
+        raise UserError(f"query file {inputs.tasks} does not exist (run the `queries` stage: dvc repro queries)")
     if world_dir is None or not Path(world_dir).exists():
         raise UserError(f"world directory {world_dir} does not exist (run the `world` stage: dvc repro world)")
     queries = load_queries(inputs.tasks)
     if not queries:
-        raise UserError(f"RL query file {inputs.tasks} holds no queries")
+        raise UserError(f"query file {inputs.tasks} holds no queries")
     if inputs.max_items is not None:
         queries = level_stratified_prefix(queries, inputs.max_items)
     return TravelSource(World.load(world_dir), queries, failure_rate=inputs.failure_rate,
-                        reward_settings=dict(inputs.reward), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks))
+                        reward_settings=dict(inputs.reward), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks),
+                        full_evaluation=inputs.full_evaluation)
 
 
-def expert_policy(seed: int = 0) -> ExpertPolicy:
-    """The programmatic expert that solves travel queries (the teacher of the tiny preset)."""
-    return ExpertPolicy(ExpertConfig(seed=seed))
+def expert_policy(seed: int = 0, **options) -> ExpertPolicy:
+    """The programmatic expert that solves travel queries (the teacher of the tiny preset); `options` are
+    `ExpertConfig`'s other fields (mistake_rate, max_routes, shortlist, max_tool_calls, slip_rate)."""
+    return ExpertPolicy(ExpertConfig(seed=seed, **options))
+
+
+def digest(value: Any) -> str:
+    """sha256 of a JSON-able value (keys sorted)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def input_digests(source: TravelSource, queries: Sequence) -> dict[str, Any]:
+    """sha256 of the world (its manifest: table hashes and generator params, not its creation time) and of each of
+    `queries` by idx: what a resumed trajectories stage must find unchanged."""
+    manifest = {k: v for k, v in dict(getattr(source.world, "manifest", None) or {}).items() if k != "created"}
+    return {"world": digest(manifest), "queries": {str(q.idx): digest(q.to_dict()) for q in queries}}

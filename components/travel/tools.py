@@ -213,19 +213,6 @@ def _bad_argument(tool: str, argument: str, value: Any) -> ToolOutput:
     return ToolOutput(f"Error: invalid argument {argument}={value!r} for {tool}; expected {expected}.", False)
 
 
-ARGUMENT_ERROR_PREFIXES = ("Unknown city '", "Unknown state '", "Error: ")
-
-
-def is_argument_error(observation: str) -> bool:
-    """Whether a tool observation reports a mistake in the call itself (an unknown city or state, a missing or bad
-    argument, an unknown tool), as opposed to an empty result ("There is no flight ...") or a transient failure.
-    The sft_data stage never trains the turn that made such a call."""
-    text = observation.strip()
-    if text.startswith("<tool_response>"):
-        text = text[len("<tool_response>"):].strip()
-    return text.startswith(ARGUMENT_ERROR_PREFIXES) and "temporarily unavailable" not in text
-
-
 def _unknown_city(world: World, tool: str, city: str) -> ToolOutput:
     """The unknown-city error."""
     return ToolOutput(f"Unknown city '{city}' ({tool}). Use an exact city name; SearchCity(state) lists the cities "

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from components.cli import main
-from components.evaluation.toolstar import imitable
+from components.agent.environment import trained_turn
 from components.toolstar.params import ToolStarParams
 from components.toolstar.evaluate import run_toolstar, summarize
 from components.orchestration.presets import apply_preset
@@ -81,7 +81,7 @@ def test_a_turn_the_environment_answered_with_an_error_is_kept_in_context_but_no
                 {"role": "assistant", "content": "<think> t </think>\n<search> q </search>"},
                 {"role": "user", "content": "<result>\nDoc\n</result>"},
                 {"role": "assistant", "content": "<think> t </think>\n<answer> \\boxed{1} </answer>"}]
-    assert [imitable(messages, i) for i in range(len(messages))] == [False, False, False, False, True, False, True]
+    assert [trained_turn(messages, i) for i in range(len(messages))] == [False, False, False, False, True, False, True]
 
 
 # --- the stages -------------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_splits(tiny_world):
     """Small SFT/RL/validation sets of the tiny world and the stage summary."""
-    from components.synthesis.synthesize import QueriesParams, synthesize_splits
+    from components.travel.queries import QueriesParams, synthesize_splits
 
     params = QueriesParams(sizes={"sft": 20, "rl": 10, "val": 10}, seed=1)
     return synthesize_splits(tiny_world, params, progress=False)
@@ -16,7 +16,7 @@ def tiny_splits(tiny_world):
 @pytest.fixture(scope="session")
 def many_queries(tiny_world):
     """A few hundred training queries of the tiny world (for the expert's pass-rate and grounding tests)."""
-    from components.synthesis.synthesize import QueriesParams, synthesize_splits
+    from components.travel.queries import QueriesParams, synthesize_splits
 
     splits, _ = synthesize_splits(tiny_world, QueriesParams(sizes={"sft": 240, "rl": 0, "val": 0}, seed=2),
                                   progress=False)

@@ -12,12 +12,18 @@ import pytest
 
 from components.agent.params import EndpointParams
 from components.synthesis.teacher import TeacherParams, read_finished, teach
+from components.travel.source import TravelSource
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
 from components.travel.world import World
 
 from .teacher_server import ExpertChatServer
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def teacher_source(world, queries) -> TravelSource:
+    """The trajectories stage's task source over `queries` (both evaluator modes, as `star teach` loads it)."""
+    return TravelSource(world, list(queries), full_evaluation=True)
 
 
 def endpoint_params(server, **overrides) -> TeacherParams:
@@ -37,7 +43,7 @@ def test_the_endpoint_teacher_rides_through_server_errors_and_timeouts(tiny_worl
         return 200, 0.0
 
     with ExpertChatServer(queries, fail=flaky) as server:
-        summary = teach(tiny_world, queries, endpoint_params(server, timeout_s=0.25, batch_size=8),
+        summary = teach(teacher_source(tiny_world, queries), endpoint_params(server, timeout_s=0.25, batch_size=8),
                         tmp_path / "teacher.jsonl", progress=False)
     assert 500 in server.statuses and len(server.requests) > len(server.replies)
     assert len(server.requests) > 5 + 19  # so request 24 (n % 19 == 5) was slow and timed out at least once
@@ -98,11 +104,11 @@ def test_resuming_with_other_teacher_settings_is_refused(tiny_world, tiny_splits
 
     queries = tiny_splits[0]["sft"][:2]
     out = tmp_path / "teacher.jsonl"
-    teach(tiny_world, queries[:1], TeacherParams(), out, progress=False)
-    summary = teach(tiny_world, queries, TeacherParams(batch_size=1), out, progress=False)
+    teach(teacher_source(tiny_world, queries[:1]), TeacherParams(), out, progress=False)
+    summary = teach(teacher_source(tiny_world, queries), TeacherParams(batch_size=1), out, progress=False)
     assert summary["resumed"] == 1 and summary["generated"] == 1  # batch size does not change trajectories
     with pytest.raises(UserError, match="mistake_rate changed.*--fresh"):
-        teach(tiny_world, queries, TeacherParams(mistake_rate=0.5), out, progress=False)
+        teach(teacher_source(tiny_world, queries), TeacherParams(mistake_rate=0.5), out, progress=False)
 
 
 def test_resuming_on_another_world_or_changed_queries_is_refused(tiny_world, tiny_splits, tmp_path):
@@ -114,10 +120,11 @@ def test_resuming_on_another_world_or_changed_queries_is_refused(tiny_world, tin
     other_world = World.load(tmp_path / "other_world")
     queries = tiny_splits[0]["sft"][:2]
     out = tmp_path / "teacher.jsonl"
-    teach(tiny_world, queries[:1], TeacherParams(), out, progress=False)
+    teach(teacher_source(tiny_world, queries[:1]), TeacherParams(), out, progress=False)
     with pytest.raises(UserError, match=r"\(world changed\).*--fresh"):
-        teach(other_world, queries, TeacherParams(), out, progress=False)
+        teach(teacher_source(other_world, queries), TeacherParams(), out, progress=False)
     edited = [dataclasses.replace(queries[0], budget=queries[0].budget + 1), queries[1]]
     with pytest.raises(UserError, match=r"\(queries changed\)"):
-        teach(tiny_world, edited, TeacherParams(), out, progress=False)
-    assert teach(tiny_world, queries, TeacherParams(), out, progress=False)["resumed"] == 1  # the same ones resume
+        teach(teacher_source(tiny_world, edited), TeacherParams(), out, progress=False)
+    summary = teach(teacher_source(tiny_world, queries), TeacherParams(), out, progress=False)
+    assert summary["resumed"] == 1  # the same ones resume

@@ -4,9 +4,9 @@ import json
 import random
 
 from components.travel.expert import ExpertConfig, solve_with_tools
-from components.synthesis.skeleton import budget_for, city_pool, sample_constraints, sample_skeleton
-from components.synthesis.synthesize import level_counts, signature
-from components.synthesis.text import back_translate, render_query_text, spoken_date
+from components.travel.skeleton import budget_for, city_pool, sample_constraints, sample_skeleton
+from components.travel.queries import level_counts, signature
+from components.travel.query_text import back_translate, render_query_text, spoken_date
 from components.travel.evaluate import evaluate_plan
 
 from agent.fake_openai import FakeOpenAI

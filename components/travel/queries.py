@@ -1,4 +1,5 @@
-"""The queries stage: sample feasible queries by level into disjoint SFT, RL and validation sets.
+"""The queries stage (`star queries`, travel's task generation): sample feasible queries by level into disjoint SFT,
+RL and validation sets.
 
 Skeleton -> budget -> feasibility (prechecks, then the expert's solver through the real tools) -> text. Training
 sets (SFT, RL) draw from the cities outside `world.holdout_states`; the validation set draws only from held-out
@@ -20,9 +21,9 @@ from components.agent.params import EndpointParams
 from components.errors import UserError
 from components.params import Params
 from components.travel.expert import ExpertConfig
-from components.synthesis.feasibility import check_feasible
-from components.synthesis.skeleton import CityPool, budget_for, city_pool, price_pool, sample_skeleton
-from components.synthesis.text import back_translate, render_query_text
+from components.travel.feasibility import check_feasible
+from components.travel.skeleton import CityPool, budget_for, city_pool, price_pool, sample_skeleton
+from components.travel.query_text import back_translate, render_query_text
 from components.travel.tasks import LEVELS, Query, level_counts
 
 SPLITS = ("sft", "rl", "val")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.travel.expert import ExpertConfig, Outcome, cuisines_of, solve_with_tools, stay_fits
-from components.synthesis.skeleton import destination_cities
+from components.travel.skeleton import destination_cities
 from components.travel.tasks import Query
 
 REJECTION_REASONS = ("no_route", "no_stay", "no_cuisine", "solver_route", "solver_leg", "solver_city",
