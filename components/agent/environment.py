@@ -116,11 +116,19 @@ class TaskSource(Protocol):
     the record's `evaluation`; `reward(record, progress)`: its `TaskReward` at training progress in [0, 1];
     `checks(records)`: per-check pass rates of a step's rollouts; `reward_columns`: plots/rl/rewards.csv's columns;
     `shared`: the large objects episodes share (an ARPO branch never copies them); `fingerprint(params)`: the
-    params and input files a run's checkpoints are keyed on (a change starts a fresh run)."""
+    params and input files a run's checkpoints are keyed on (a change starts a fresh run).
+
+    Greedy evaluation on held-out records (`rl.eval`): `summary(records)` gives the set metrics of evaluated
+    records, keyed by `eval_metrics` (MLflow `eval/<name>`) and `eval_checks` (`eval/checks/<name>`); the two lists
+    in that order are plots/rl/eval.csv's columns after `step`; `held_out(tasks, max_items)` is the same
+    environment over another task file (the first `max_items` records), sharing this source's large objects, with no
+    injected failures."""
 
     kind: str
     items: list
     reward_columns: list[str]
+    eval_metrics: list[str]
+    eval_checks: list[str]
 
     @property
     def shared(self) -> tuple: ...
@@ -134,5 +142,9 @@ class TaskSource(Protocol):
     def reward(self, record: dict, progress: float) -> TaskReward: ...
 
     def checks(self, records: Sequence[dict]) -> dict[str, float]: ...
+
+    def summary(self, records: Sequence[dict]) -> dict[str, float | None]: ...
+
+    def held_out(self, tasks: Path, max_items: int | None) -> "TaskSource": ...
 
     def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]: ...

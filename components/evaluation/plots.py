@@ -67,25 +67,38 @@ EVAL_SET_METRICS = {"delivery_rate": "delivered", "commonsense_micro": "commonse
                     "final_pass": "final pass"}
 
 
+def eval_curve_columns(columns: list[str]) -> tuple[list[str], list[str]]:
+    """(headline, checks) of eval.csv's `columns`: travel's headline set metrics (`EVAL_SET_METRICS`) and its
+    commonsense checks (`is_*`) where the file has them; any other environment's every column but the step."""
+    headline = [c for c in EVAL_SET_METRICS if c in columns]
+    checks = [c for c in columns if c.startswith("is_")]
+    if headline or checks:
+        return headline, checks
+    return [c for c in columns if c != "step"], []
+
+
 def plot_eval_curves(rows: list[dict], out: str | Path) -> Path:
-    """plots/rl/eval.csv against `step`: the greedy set metrics bold, each commonsense check's pass rate thin."""
+    """plots/rl/eval.csv against `step`: the headline set metrics bold, each check's pass rate thin."""
     out = Path(out)
     steps = [float(r["step"]) for r in rows]
-    checks = [c for c in rows[0] if c.startswith("is_") and _numeric_column(rows, c)]
+    headline, checks = eval_curve_columns(list(rows[0]))
+    checks = [c for c in checks if _numeric_column(rows, c)]
+    headline = [c for c in headline if _numeric_column(rows, c)]
     fig, ax = plt.subplots(figsize=(9, 5), dpi=120)
     for i, column in enumerate(checks):
         ax.plot(steps, [float(r[column]) for r in rows], color=f"C{i % 10}", linewidth=1, alpha=0.6, marker=".",
                 label=column)
-    for column, label in EVAL_SET_METRICS.items():
-        if column in rows[0] and _numeric_column(rows, column):
-            style = {"delivery_rate": ":", "commonsense_micro": "-", "final_pass": "--"}[column]
-            ax.plot(steps, [float(r[column]) for r in rows], color="black", linewidth=2.2, linestyle=style, marker="o",
-                    label=label)
+    styles = ["-", "--", ":", "-."]
+    for i, column in enumerate(headline):
+        ax.plot(steps, [float(r[column]) for r in rows], color="black" if checks else f"C{i % 10}", linewidth=2.2,
+                linestyle=styles[i % len(styles)], marker="o", label=EVAL_SET_METRICS.get(column, column))
     ax.set_xlabel("RL step (0: the model RL started from)")
-    ax.set_ylabel("share of held-out queries (strict)")
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_title("Greedy decoding on held-out queries during RL")
+    values = [float(r[c]) for r in rows for c in (*headline, *checks)]
+    if all(0.0 <= v <= 1.0 for v in values):  # rates (travel's, and any environment's shares)
+        ax.set_ylabel("share of held-out records")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.set_ylim(-0.02, 1.02)
+    ax.set_title("Greedy decoding on held-out records during RL")
     ax.grid(alpha=0.3)
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False, fontsize=8)
     return _save(fig, out)

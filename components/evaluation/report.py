@@ -207,13 +207,22 @@ def tax_table(points: list[dict], ood: dict[str, dict], mode: str) -> Table:
 
 
 def rl_eval_table(rows: list[dict]) -> Table:
-    """plots/rl/eval.csv as a table: the greedy set metrics and the commonsense checks at each evaluated step."""
-    checks = [c for c in rows[0] if c.startswith("is_")]
-    return Table("Greedy evaluation during RL (strict; step 0 is the model RL started from)",
-                 ["step", "delivered", "commonsense micro", "final pass", *checks],
-                 [[row["step"], *(pct(_float(row.get(key))) for key in
-                                  ("delivery_rate", "commonsense_micro", "final_pass", *checks))] for row in rows],
+    """plots/rl/eval.csv as a table: the headline set metrics and the checks at each evaluated step (travel: its
+    strict delivery, commonsense micro and final pass, and the commonsense checks)."""
+    headline, checks = plots.eval_curve_columns(list(rows[0]))
+    columns = [*headline, *checks]
+    formats = {c: _column_format([_float(row.get(c)) for row in rows]) for c in columns}
+    return Table("Greedy evaluation during RL on held-out records (step 0 is the model RL started from)",
+                 ["step", *(plots.EVAL_SET_METRICS.get(c, c) for c in headline), *checks],
+                 [[row["step"], *(formats[c](_float(row.get(c))) for c in columns)] for row in rows],
                  note="rl.eval in params/rl.yaml; logging only, no checkpoint is chosen by it")
+
+
+def _column_format(values: list[float | None]):
+    """Percentages for a column of rates (every value in [0, 1]); three decimals otherwise (a mean reward)."""
+    if all(v is None or 0.0 <= v <= 1.0 for v in values):
+        return pct
+    return lambda value: "-" if value is None else f"{value:.3f}"
 
 
 TOOLSTAR_COLUMNS = [  # (CSV column, Markdown header, how a value is read from a metrics group)

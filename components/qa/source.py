@@ -6,7 +6,7 @@ the QA stage's corpus, rewarded by the exact match of its answer (token F1 along
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ from components.retrieval import BM25Retriever, load_corpus
 
 KIND = "qa"
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "em", "f1", "format_error_rate"]
+EVAL_METRICS = ["em", "f1"]  # rl.eval's set metrics (eval.csv)
+EVAL_CHECKS = ["answered", "exact"]  # `check_rates`
 
 
 def task_reward(record: dict) -> TaskReward:
@@ -30,6 +32,21 @@ def task_reward(record: dict) -> TaskReward:
                       components={"success": float(evaluation["em"]), "em": float(evaluation["em"]),
                                   "f1": float(evaluation["f1"])},
                       format_applied=record.get("answer") is None)
+
+
+def check_rates(records: Sequence[dict]) -> dict[str, float]:
+    """Shares of episodes that gave an answer and that answered exactly."""
+    n = max(len(records), 1)
+    return {"answered": sum(r.get("answer") is not None for r in records) / n,
+            "exact": sum((r.get("evaluation") or {}).get("em", 0.0) for r in records) / n}
+
+
+def held_out_summary(records: Sequence[dict]) -> dict[str, float]:
+    """Mean EM and F1 of evaluated episodes (`EVAL_METRICS`) and the check rates (`EVAL_CHECKS`)."""
+    n = max(len(records), 1)
+    evaluations = [r.get("evaluation") or {} for r in records]
+    return {"em": sum(float(e.get("em", 0.0)) for e in evaluations) / n,
+            "f1": sum(float(e.get("f1", 0.0)) for e in evaluations) / n, **check_rates(records)}
 
 
 @dataclass
@@ -42,6 +59,8 @@ class QASource:
     corpus: Path | None = None
     kind: str = KIND
     reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
+    eval_metrics: list[str] = field(default_factory=lambda: list(EVAL_METRICS))
+    eval_checks: list[str] = field(default_factory=lambda: list(EVAL_CHECKS))
 
     def __post_init__(self) -> None:
         self._index = {str(item["id"]): i for i, item in enumerate(self.items)}
@@ -64,9 +83,13 @@ class QASource:
         return task_reward(record)
 
     def checks(self, records: Sequence[dict]) -> dict[str, float]:
-        n = max(len(records), 1)
-        return {"answered": sum(r.get("answer") is not None for r in records) / n,
-                "exact": sum((r.get("evaluation") or {}).get("em", 0.0) for r in records) / n}
+        return check_rates(records)
+
+    def summary(self, records: Sequence[dict]) -> dict[str, float]:
+        return held_out_summary(records)
+
+    def held_out(self, tasks: Path, max_items: int | None) -> "QASource":
+        return replace(self, items=load_jsonl_dataset(tasks, limit=max_items), tasks_path=Path(tasks))
 
     def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]:
         return params, {"tasks": self.tasks_path, "corpus": self.corpus}

@@ -8,7 +8,7 @@ reward: -1 for a format error, the answer's score, +0.1 for using both tools).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from components.toolstar.tasks import Task, read_tasks
 KIND = "toolstar"
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "score", "bonus", "em", "f1",
                   "format_error_rate"]
+EVAL_METRICS = ["accuracy", "mean_reward", "answer_rate", "em", "f1"]  # rl.eval's set metrics (eval.csv)
+EVAL_CHECKS = ["format_ok", "answered", "correct", "multi_tool"]  # `check_rates`
 # the params/toolstar.yaml keys an episode depends on (a change starts a fresh run instead of resuming)
 EPISODE_KEYS = {"max_tool_calls", "reward_metric", "retriever", "sandbox"}
 
@@ -41,6 +43,22 @@ def task_reward(record: dict) -> TaskReward:
                   "bonus": float(evaluation["bonus"]), "em": float(evaluation["em"]), "f1": float(evaluation["f1"])}
     return TaskReward(value=float(evaluation["reward"]), kind=KIND, components=components,
                       format_applied=not evaluation["format_ok"])
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def held_out_summary(records: Sequence[dict]) -> dict[str, float]:
+    """The set metrics of evaluated episodes (`EVAL_METRICS`: accuracy is the share answered correctly) and the
+    check rates (`EVAL_CHECKS`)."""
+    evaluations = [r.get("evaluation") or {} for r in records]
+    return {"accuracy": _mean([float(bool(e.get("correct"))) for e in evaluations]),
+            "mean_reward": _mean([float(e.get("reward", 0.0)) for e in evaluations]),
+            "answer_rate": _mean([float(r.get("termination") == "answer") for r in records]),
+            "em": _mean([float(e.get("em", 0.0)) for e in evaluations]),
+            "f1": _mean([float(e.get("f1", 0.0)) for e in evaluations]),
+            **check_rates(records)}
 
 
 def check_rates(records: Sequence[dict]) -> dict[str, float]:
@@ -67,6 +85,8 @@ class ToolStarSource:
     tasks_path: Path | None = None
     kind: str = KIND
     reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
+    eval_metrics: list[str] = field(default_factory=lambda: list(EVAL_METRICS))
+    eval_checks: list[str] = field(default_factory=lambda: list(EVAL_CHECKS))
 
     def __post_init__(self) -> None:
         self._index = {task.id: i for i, task in enumerate(self.items)}
@@ -93,9 +113,26 @@ class ToolStarSource:
     def checks(self, records: Sequence[dict]) -> dict[str, float]:
         return check_rates(records)
 
+    def summary(self, records: Sequence[dict]) -> dict[str, float]:
+        return held_out_summary(records)
+
+    def held_out(self, tasks: Path, max_items: int | None) -> "ToolStarSource":
+        return replace(self, items=read_task_file(tasks, max_items), tasks_path=Path(tasks))
+
     def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]:
         """The run's params with the toolstar settings its episodes depend on, the task file and the corpus."""
         return {**params, "toolstar": self.settings}, {"tasks": self.tasks_path, "corpus": self.corpus}
+
+
+def read_task_file(path: Path, max_items: int | None = None) -> list[Task]:
+    """The tasks of a task file (the first `max_items`)."""
+    if not Path(path).exists():
+        raise UserError(f"Tool-Star task file {path} does not exist (run the `toolstar_tasks` stage: dvc repro "
+                        "toolstar_tasks; pass it as --queries)")
+    tasks = read_tasks(path)[:max_items]
+    if not tasks:
+        raise UserError(f"Tool-Star task file {path} holds no tasks")
+    return tasks
 
 
 def load_source(inputs: SourceInputs) -> ToolStarSource:
@@ -106,12 +143,7 @@ def load_source(inputs: SourceInputs) -> ToolStarSource:
         raise UserError("rl.env.kind is toolstar: pass --qa (the search tool's corpus folder, data/qa) and "
                         "--toolstar-params (params/toolstar.yaml)")
     settings = load_section(params_path, "toolstar", ToolStarParams)
-    if not Path(inputs.tasks).exists():
-        raise UserError(f"Tool-Star task file {inputs.tasks} does not exist (run the `toolstar_tasks` stage: dvc "
-                        "repro toolstar_tasks; pass it as --queries)")
-    tasks = read_tasks(inputs.tasks)[:inputs.max_items]
-    if not tasks:
-        raise UserError(f"Tool-Star task file {inputs.tasks} holds no tasks")
+    tasks = read_task_file(inputs.tasks, inputs.max_items)
     corpus = None
     if settings.retriever.kind != "http":
         corpus = Path(settings.retriever.corpus or Path(qa_dir) / "corpus.jsonl")

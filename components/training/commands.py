@@ -121,7 +121,8 @@ def register_rl(subparsers: argparse._SubParsersAction) -> None:
                         help="rl.env.kind toolstar: the `toolstar` section (retriever, sandbox, max_tool_calls, "
                              "reward_metric)")
     parser.add_argument("--eval-queries", default="data/queries/val.jsonl", type=Path,
-                        help="held-out queries decoded greedily during training when rl.eval.every is set")
+                        help="held-out records decoded greedily during training when rl.eval.every is set (travel "
+                             "queries, or Tool-Star tasks with rl.env.kind toolstar, e.g. data/toolstar/val.jsonl)")
     parser.add_argument("--out", default="models/rl", type=Path, help="where the final Hugging Face checkpoint goes")
     parser.add_argument("--checkpoints", default="checkpoints/rl", type=Path,
                         help="resumable checkpoints (a persist: true DVC output); a run resumes from the newest")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from components.agent.loop import Episode
 from components.errors import UserError
 from components.travel.env import TravelEnv
 from components.travel.evaluate import PlanEvaluation, evaluate_plan, travel_evaluate
+from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS
 from components.travel.expert import ExpertConfig, ExpertPolicy
+from components.travel.metrics import summarize
 from components.travel.reward import COMPONENTS, RewardWeights, reward
 from components.travel.tasks import level_stratified_prefix, load_queries
 from components.travel.world import World
@@ -29,6 +31,9 @@ KIND = "travel"
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
                   "success", "format_error_rate"]
 PROTOCOL_FAILURES = ("protocol_errors",)
+# rl.eval's set metrics and checks (eval.csv): the validate stage's strict summary
+EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass"]
+EVAL_CHECKS = [*COMMONSENSE_CHECKS, *HARD_CHECKS]
 
 
 def strict_evaluation(world, query, record: dict) -> dict:
@@ -62,6 +67,16 @@ def task_reward(record: dict, settings: dict, progress: float) -> TaskReward:
                       format_applied=breakdown.format_applied)
 
 
+def strict_summary(queries: Sequence, records: Sequence[dict]) -> dict[str, float | None]:
+    """The strict set metrics (`EVAL_METRICS`) and per-check pass rates (`EVAL_CHECKS`) of evaluated rollouts of
+    `queries`, as the validate stage's strict summary counts them (an undelivered plan passes nothing)."""
+    by_idx = {query.idx: query for query in queries}
+    evaluations = [PlanEvaluation.from_dict(strict) if (strict := (r.get("evaluation") or {}).get("strict")) else None
+                   for r in records]
+    metrics = summarize([by_idx[r["idx"]] for r in records], evaluations)
+    return {**{key: metrics[key] for key in EVAL_METRICS}, **metrics["per_check"]}
+
+
 def check_pass_rates(records: Sequence[dict]) -> dict[str, float]:
     """Per check, the share of rollouts where it passed (n/a hard checks are left out of their denominator)."""
     passed: dict[str, int] = {}
@@ -90,6 +105,8 @@ class TravelSource:
     full_evaluation: bool = False  # evaluate in both modes (strict and official), not only the reward's strict
     kind: str = KIND
     reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
+    eval_metrics: list[str] = field(default_factory=lambda: list(EVAL_METRICS))
+    eval_checks: list[str] = field(default_factory=lambda: list(EVAL_CHECKS))
 
     @property
     def shared(self) -> tuple:
@@ -113,6 +130,13 @@ class TravelSource:
     def checks(self, records: Sequence[dict]) -> dict[str, float]:
         return check_pass_rates(records)
 
+    def summary(self, records: Sequence[dict]) -> dict[str, float | None]:
+        return strict_summary(self.items, records)
+
+    def held_out(self, tasks: Path, max_items: int | None) -> "TravelSource":
+        return replace(self, items=read_queries(tasks, max_items), tasks_path=Path(tasks), failure_rate=0.0,
+                       full_evaluation=False)
+
     def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]:
         """The run's params without `env.kind` (a travel run hashes as before env.kind existed), the world and the
         queries."""
@@ -120,19 +144,23 @@ class TravelSource:
         return params, {"world": self.world_dir, "queries": self.tasks_path}
 
 
+def read_queries(path: Path, max_items: int | None = None) -> list:
+    """The queries of a query file (the first `max_items` at the file's level mix)."""
+    if not Path(path).exists():
+        raise UserError(f"query file {path} does not exist (run the `queries` stage: dvc repro queries)")
+    queries = load_queries(path)
+    if not queries:
+        raise UserError(f"query file {path} holds no queries")
+    return level_stratified_prefix(queries, max_items) if max_items is not None else queries
+
+
 def load_source(inputs: SourceInputs) -> TravelSource:
     """The queries of `inputs.tasks` (the first `max_items` at the file's level mix) over the world of
     `inputs.files["world"]`."""
     world_dir = inputs.files.get("world")
-    if not Path(inputs.tasks).exists():
-        raise UserError(f"query file {inputs.tasks} does not exist (run the `queries` stage: dvc repro queries)")
+    queries = read_queries(inputs.tasks, inputs.max_items)
     if world_dir is None or not Path(world_dir).exists():
         raise UserError(f"world directory {world_dir} does not exist (run the `world` stage: dvc repro world)")
-    queries = load_queries(inputs.tasks)
-    if not queries:
-        raise UserError(f"query file {inputs.tasks} holds no queries")
-    if inputs.max_items is not None:
-        queries = level_stratified_prefix(queries, inputs.max_items)
     return TravelSource(World.load(world_dir), queries, failure_rate=inputs.failure_rate,
                         reward_settings=dict(inputs.reward), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks),
                         full_evaluation=inputs.full_evaluation)

@@ -246,23 +246,6 @@ def run_validation(world, queries: list, policy, limits: Limits, tokenizer=None,
     return records, validation_metrics([by_idx[r["idx"]] for r in records], records, evaluations)
 
 
-def eval_check_names() -> list[str]:
-    """Every check a validation summary's `per_check` may hold, commonsense then hard."""
-    return [*COMMONSENSE_CHECKS, *HARD_CHECKS]
-
-
-def load_held_out_queries(path: str | Path | None, max_queries: int | None = None) -> list:
-    """The held-out queries RL's `rl.eval` decodes greedily, level-stratified to `max_queries`."""
-    if path is None or not Path(path).exists():
-        raise UserError(f"rl.eval.every is set but the held-out query file {path} does not exist: pass "
-                        "--eval-queries data/queries/val.jsonl (made by `dvc repro queries`), or set rl.eval.every: "
-                        "null")
-    queries = load_queries(path)
-    if not queries:
-        raise UserError(f"held-out query file {path} holds no queries (rl.eval)")
-    return level_stratified_prefix(queries, max_queries) if max_queries else queries
-
-
 def submission_lines(queries: list, records: list[dict]) -> list[dict]:
     """TravelPlanner leaderboard submission: one `{"idx", "query", "plan"}` line per query, in query order
     (idx 1-based as in the leaderboard's files; an undelivered plan is null)."""

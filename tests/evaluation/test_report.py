@@ -108,6 +108,25 @@ def test_the_greedy_evaluations_during_rl_get_a_table_and_a_figure(metrics_tree,
     assert figure in written["figures"] and figure.stat().st_size > 10_000
 
 
+def test_another_environments_greedy_evaluations_show_every_column(metrics_tree, tmp_path: Path):
+    """A Tool-Star run's eval.csv (its set metrics and check rates): every column, rates as percentages and the
+    mean reward as a number."""
+    import csv
+    import shutil
+
+    metrics, plots = metrics_tree
+    plots = Path(shutil.copytree(plots, tmp_path / "toolstar_eval"))
+    with (plots / "rl" / "eval.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["step", "accuracy", "mean_reward", "format_ok"])
+        writer.writerows([[0, 0.2, -0.085, 0.9], [8, 0.3, 0.32, 1.0]])
+    written = build_report(metrics, plots, tmp_path / "reports", ReportParams())
+    markdown = written["markdown"].read_text()
+    assert "| step | accuracy | mean_reward | format_ok |" in markdown
+    assert "| 0 | 20.0% | -0.085 | 90.0% |" in markdown and "| 8 | 30.0% | 0.320 | 100.0% |" in markdown
+    assert (tmp_path / "reports" / "rl_eval.png") in written["figures"]
+
+
 def test_every_plot_dvc_yaml_declares_on_a_report_table_names_its_columns(metrics_tree, tmp_path: Path):
     """`dvc plots show/diff` read the x and y fields dvc.yaml declares from the tables the report writes."""
     import csv

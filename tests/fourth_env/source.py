@@ -1,13 +1,13 @@
 """The lookup game's task source: what the registry hands the stages for `env.kind: lookup`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
 from fourth_env.env import LookupEnv
-from fourth_env.evaluate import accuracy, evaluate
+from fourth_env.evaluate import accuracy, evaluate, summary
 from fourth_env.expert import LookupExpert
 from fourth_env.reward import task_reward
 from fourth_env.tasks import read_tasks
@@ -22,6 +22,8 @@ class LookupSource:
     tasks_path: Path
     kind: str = KIND
     reward_columns: list[str] = field(default_factory=lambda: list(REWARD_COLUMNS))
+    eval_metrics: list[str] = field(default_factory=lambda: ["answered_rate"])
+    eval_checks: list[str] = field(default_factory=lambda: ["correct"])
 
     @property
     def shared(self) -> tuple:
@@ -42,6 +44,12 @@ class LookupSource:
 
     def checks(self, records: list[dict]) -> dict[str, float]:
         return accuracy(records)
+
+    def summary(self, records: list[dict]) -> dict[str, float]:
+        return summary(records)
+
+    def held_out(self, tasks: Path, max_items: int | None) -> "LookupSource":
+        return replace(self, items=read_tasks(tasks)[:max_items], tasks_path=Path(tasks))
 
     def fingerprint(self, params: dict) -> tuple[dict, dict[str, Path | None]]:
         return params, {"tasks": self.tasks_path}

@@ -290,10 +290,6 @@ class RLParams(Params):
         kind = self.env.kind
         if kind != "travel" and self.env.failure_rate > 0:
             raise ValueError(f"env.failure_rate injects travel tool failures; it must be 0 with env.kind: {kind}")
-        if kind != "travel" and self.eval.every is not None:
-            raise ValueError("eval.every (greedy held-out evaluation during training) runs the travel validation; "
-                             f"set eval.every: null with env.kind: {kind} (score checkpoints with the environment's "
-                             "evaluation stage, e.g. `star toolstar eval`)")
         return self
 
     @property

@@ -12,9 +12,9 @@ Per step:
   5. PPO-style update(s) with gradient accumulation, grad clipping and the LR schedule; push weights to the engine;
   6. append a row to plots/rl/rewards.csv, checkpoint every k steps, then log every metric to MLflow (after the
      checkpoint: a tracking stall or crash never costs a finished step);
-  7. with `rl.eval.every`, decode the held-out queries greedily (step 0, every k steps, the last step) and score them
-     as the validate stage does (`run_validation`, components/travel/validation.py): MLflow `eval/*` and a row of
-     plots/rl/eval.csv.
+  7. with `rl.eval.every`, decode the held-out records greedily (step 0, every k steps, the last step) and score them
+     with the environment's evaluation and summary (travel: the validate stage's strict metrics and checks): MLflow
+     `eval/*` and a row of plots/rl/eval.csv.
 On start it resumes from the newest complete checkpoint: a killed run restarts without redoing finished steps, and
 its MLflow run links to the one it continues (`star.resumed_from_run`: the run id kept in the checkpoint).
 """
@@ -36,8 +36,8 @@ from tqdm.auto import tqdm
 
 from components import environments
 from components.agent.environment import SourceInputs, TaskSource
+from components.agent.loop import run_episodes
 from components.errors import UserError
-from components.evaluation.validate import validation
 from components.models.checkpoints import save_checkpoint as save_hf
 from components.models.checkpoints import write_manifest
 from components.models.loading import load_policy_model, load_tokenizer, resolve_device, resolve_dtype
@@ -60,7 +60,6 @@ from components.training.rl.weight_sync import ModuleWeightSync, NoWeightSync, V
 if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-EVAL_METRICS = ["delivery_rate", "commonsense_micro", "commonsense_macro", "hard_micro", "hard_macro", "final_pass"]
 LogFn = Callable[[dict, int], None]
 TagFn = Callable[[dict], None]
 RUN_ID_KEY = "mlflow_run_id"  # in a checkpoint's state: the MLflow run that trained up to it
@@ -181,9 +180,9 @@ def append_rewards_csv(path: Path, row: dict) -> None:
 
 # ---- greedy evaluation during training ---------------------------------------------------------------------------
 
-def eval_columns() -> list[str]:
-    """plots/rl/eval.csv's columns: the step, the strict set metrics and each check's pass rate."""
-    return ["step", *EVAL_METRICS, *validation().eval_check_names()]
+def eval_columns(source: TaskSource) -> list[str]:
+    """plots/rl/eval.csv's columns: the step, the environment's set metrics and its checks' pass rates."""
+    return ["step", *source.eval_metrics, *source.eval_checks]
 
 
 def evaluation_due(step: int, every: int | None, last_step: int) -> bool:
@@ -192,37 +191,42 @@ def evaluation_due(step: int, every: int | None, last_step: int) -> bool:
     return every is not None and (step == 0 or step % every == 0 or step == last_step)
 
 
-def eval_row(step: int, strict: dict) -> dict:
-    """The eval.csv row of one evaluation from the validate stage's strict summary."""
-    return {"step": step, **{key: strict[key] for key in EVAL_METRICS}, **strict["per_check"]}
+def eval_row(step: int, summary: dict) -> dict:
+    """The eval.csv row of one evaluation from the task source's summary."""
+    return {"step": step, **summary}
 
 
-def eval_metrics(row: dict) -> dict[str, float]:
-    """MLflow's `eval/*` metrics of an eval.csv row (checks as `eval/checks/<name>`; a check no query sets is left
+def eval_metrics(row: dict, source: TaskSource) -> dict[str, float]:
+    """MLflow's `eval/*` metrics of an eval.csv row (checks as `eval/checks/<name>`; a check no record sets is left
     out)."""
-    return {f"eval/{key}" if key in EVAL_METRICS else f"eval/checks/{key}": value
+    return {f"eval/{key}" if key in source.eval_metrics else f"eval/checks/{key}": value
             for key, value in row.items() if key != "step" and value is not None}
 
 
-def load_eval_queries(params: RLParams, paths: RLPaths) -> list | None:
-    """The held-out queries of `rl.eval` (None when it is off), level-stratified to `rl.eval.max_queries`."""
+def load_held_out(params: RLParams, paths: RLPaths, source: TaskSource) -> TaskSource | None:
+    """`rl.eval`'s held-out records (None when it is off): the run's environment `source` over the records of
+    `paths.eval_queries` (the first `rl.eval.max_queries`; travel: at the file's level mix)."""
     if params.eval.every is None:
         return None
-    return validation().load_held_out_queries(paths.eval_queries, params.eval.max_queries)
+    if paths.eval_queries is None or not Path(paths.eval_queries).exists():
+        raise UserError(f"rl.eval.every is set but the held-out query file {paths.eval_queries} does not exist: pass "
+                        "--eval-queries data/queries/val.jsonl (made by `dvc repro queries`), or set rl.eval.every: "
+                        "null")
+    return source.held_out(Path(paths.eval_queries), params.eval.max_queries)
 
 
-def evaluate_greedy(engine: RolloutEngine, queries: list) -> dict:
-    """The strict validation summary of the engine's policy decoded greedily on `queries` (the validate stage's
-    episodes, limits of the rollouts)."""
-    _, metrics = validation().run_validation(engine.source.world, queries, greedy_policy(engine.policy),
-                                             engine.limits, tokenizer=engine.tokenizer, progress=False)
-    return metrics["strict"]
+def evaluate_greedy(engine: RolloutEngine, held_out: TaskSource) -> dict:
+    """The summary of the engine's policy decoded greedily on the held-out records (the rollouts' limits)."""
+    episodes = [held_out.episode(item, seed=i) for i, item in enumerate(held_out.items)]
+    records = run_episodes(episodes, greedy_policy(engine.policy), engine.limits, tokenizer=engine.tokenizer,
+                           evaluate=held_out.evaluate, progress=False)
+    return held_out.summary(records)
 
 
-def write_eval_csv(path: Path, rows: list[dict]) -> None:
+def write_eval_csv(path: Path, rows: list[dict], source: TaskSource) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=eval_columns())
+        writer = csv.DictWriter(handle, fieldnames=eval_columns(source))
         writer.writeheader()
         writer.writerows(rows)
 
@@ -380,7 +384,7 @@ class TrainingRun:
     """What `train` carries from step to step: the data, the parts, where it resumed and the curves so far."""
 
     queries: list  # the task source's records (travel: Query; toolstar: Task)
-    held_out: list | None  # the queries of `rl.eval` (None: off)
+    held_out: TaskSource | None  # the held-out records of `rl.eval` (None: off)
     total_steps: int
     fingerprint: dict[str, str]  # the inputs' hashes that every checkpoint of the run records
     parts: Parts
@@ -422,7 +426,7 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     ranks = init_ranks(device, params.distributed.processes)
     tasks = load_task_source(params, paths)
     queries = tasks.items
-    held_out = load_eval_queries(params, paths) if ranks.main else None  # rank 0 evaluates and logs
+    held_out = load_held_out(params, paths, tasks) if ranks.main else None  # rank 0 evaluates and logs
     total_steps = params.total_steps(len(queries))
     seed_everything(rank_seed(params.seed, ranks))
     inputs = input_fingerprint(params, paths, tasks=tasks)
@@ -449,7 +453,7 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     if ranks.main:
         write_rewards_csv(paths.rewards_csv, run.history, tasks.reward_columns)  # `dvc repro` deleted it; the
         # checkpoint's rows come back
-        write_eval_csv(paths.eval_csv, run.eval_history)  # header only when rl.eval is off: DVC expects the file
+        write_eval_csv(paths.eval_csv, run.eval_history, tasks)  # header only when rl.eval is off: DVC expects it
     return run
 
 
@@ -600,8 +604,8 @@ def evaluate_step(run: TrainingRun, paths: RLPaths, step: int) -> dict[str, floa
     start = time.perf_counter()
     row = eval_row(step, evaluate_greedy(run.parts.engine, run.held_out))
     run.eval_history.append(row)
-    write_eval_csv(paths.eval_csv, run.eval_history)
-    return {**eval_metrics(row), "time/eval_s": time.perf_counter() - start}
+    write_eval_csv(paths.eval_csv, run.eval_history, run.held_out)
+    return {**eval_metrics(row, run.held_out), "time/eval_s": time.perf_counter() - start}
 
 
 def save_step(run: TrainingRun, paths: RLPaths, params: RLParams, step: int) -> None:

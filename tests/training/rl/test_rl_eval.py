@@ -1,16 +1,19 @@
 """Greedy evaluation on held-out queries during RL (`rl.eval`): when it runs, what it writes, that it is the
-validate stage's scoring, that a resumed run keeps its rows, and that it leaves training untouched."""
+validate stage's scoring on travel, that a resumed run keeps its rows, and that it leaves training untouched
+(Tool-Star's held-out evaluation: test_rl_toolstar.py)."""
 import csv
 import hashlib
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from components.errors import UserError
 from components.training.rl.checkpoint import complete_checkpoints
 from components.training.rl.params import RLParams
-from components.training.rl.trainer import (EVAL_METRICS, RLPaths, eval_columns, evaluation_due, load_eval_queries,
+from components.training.rl.trainer import (RLPaths, eval_columns, evaluation_due, load_held_out, load_task_source,
                                             train)
+from components.travel.source import EVAL_CHECKS, EVAL_METRICS
 
 TINY = {"max_steps": 3, "queries_per_step": 1, "num_generations": 2, "learning_rate": 1e-3, "micro_batch_size": 2,
         "rollout": {"max_turns": 2, "max_tokens_per_turn": 8, "max_context_tokens": 4096},
@@ -42,11 +45,13 @@ def test_evaluations_fall_on_step_0_every_k_steps_and_the_last_step():
 def test_an_evaluation_without_its_query_file_is_refused_with_the_fix(tmp_path, tiny_world_dir, rl_queries_path):
     params = RLParams.model_validate(TINY)
     paths = paths_in(tmp_path, tmp_path / "no-model", tiny_world_dir, rl_queries_path)
+    source = load_task_source(params, paths)
     with pytest.raises(UserError, match=r"--eval-queries data/queries/val.jsonl .* rl.eval.every: null"):
-        load_eval_queries(params, replace(paths, eval_queries=tmp_path / "missing.jsonl"))
-    assert load_eval_queries(RLParams.model_validate({**TINY, "eval": {"every": None}}),
-                             replace(paths, eval_queries=None)) is None
-    assert len(load_eval_queries(params, paths)) == 3
+        load_held_out(params, replace(paths, eval_queries=tmp_path / "missing.jsonl"), source)
+    assert load_held_out(RLParams.model_validate({**TINY, "eval": {"every": None}}),
+                         replace(paths, eval_queries=None), source) is None
+    held_out = load_held_out(params, paths, source)
+    assert len(held_out.items) == 3 and held_out.world is source.world  # the run's world, loaded once
 
 
 @pytest.mark.slow
@@ -61,7 +66,8 @@ def test_greedy_evaluation_logs_the_validate_stage_metrics_and_leaves_training_u
     summary = train(RLParams.model_validate(TINY), paths, log=lambda metrics, step: logged.append((step, metrics)),
                     progress_bar=False)
     rows = rows_of(paths.eval_csv)
-    assert list(rows[0]) == eval_columns() and [int(r["step"]) for r in rows] == [0, 2, 3]
+    assert list(rows[0]) == ["step", *EVAL_METRICS, *EVAL_CHECKS] == eval_columns(load_task_source(
+        RLParams.model_validate(TINY), paths)) and [int(r["step"]) for r in rows] == [0, 2, 3]
     evaluated = [(step, m) for step, m in logged if "eval/commonsense_micro" in m]
     assert [step for step, _ in evaluated] == [0, 2, 3]
     assert {f"eval/{key}" for key in EVAL_METRICS} <= set(evaluated[0][1])
@@ -133,5 +139,5 @@ def test_mlflow_gets_the_set_metrics_and_every_check_a_query_sets():
 
     row = {"step": 6, "delivery_rate": 1.0, "commonsense_micro": 0.6, "is_valid_restaurants": 0.5,
            "valid_room_rule": None}
-    assert eval_metrics(row) == {"eval/delivery_rate": 1.0, "eval/commonsense_micro": 0.6,
+    assert eval_metrics(row, SimpleNamespace(eval_metrics=EVAL_METRICS)) == {"eval/delivery_rate": 1.0, "eval/commonsense_micro": 0.6,
                                  "eval/checks/is_valid_restaurants": 0.5}
