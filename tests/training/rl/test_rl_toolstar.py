@@ -114,6 +114,14 @@ def toolstar_inputs(tmp_path_factory) -> tuple[Path, Path, Path]:
     return root / "qa", root / "tasks.jsonl", root / "toolstar.yaml"
 
 
+def toolstar_paths(tmp_path: Path, model: Path, inputs: tuple[Path, Path, Path], **more) -> RLPaths:
+    """A Tool-Star run's paths under `tmp_path` (no travel world) over `toolstar_inputs`."""
+    qa, tasks, toolstar_params = inputs
+    return RLPaths(model=model, world=tmp_path / "no-world", queries=tasks, out=tmp_path / "models/rl",
+                   checkpoints=tmp_path / "checkpoints/rl", metrics=tmp_path / "metrics/rl.json",
+                   plots=tmp_path / "plots/rl", qa=qa, toolstar_params=toolstar_params, **more)
+
+
 TINY_TOOLSTAR = {"env": {"kind": "toolstar"}, "max_steps": 2, "queries_per_step": 2, "num_generations": 2,
                  "learning_rate": 1e-3, "micro_batch_size": 2,
                  "rollout": {"max_turns": 2, "max_tokens_per_turn": 8, "max_context_tokens": 4096}}
@@ -122,10 +130,7 @@ TINY_TOOLSTAR = {"env": {"kind": "toolstar"}, "max_steps": 2, "queries_per_step"
 @pytest.mark.slow
 def test_grpo_trains_on_toolstar_tasks_writes_its_outputs_and_resumes(tmp_path, tiny_model_dir, toolstar_inputs,
                                                                        bubblewrap):
-    qa, tasks, toolstar_params = toolstar_inputs
-    paths = RLPaths(model=tiny_model_dir, world=tmp_path / "no-world", queries=tasks, out=tmp_path / "models/rl",
-                    checkpoints=tmp_path / "checkpoints/rl", metrics=tmp_path / "metrics/rl.json",
-                    plots=tmp_path / "plots/rl", qa=qa, toolstar_params=toolstar_params)
+    paths = toolstar_paths(tmp_path, tiny_model_dir, toolstar_inputs)
     logged = []
     summary = train(RLParams.model_validate(TINY_TOOLSTAR), paths, progress_bar=False,
                     log=lambda metrics, step: logged.append(metrics))
@@ -146,10 +151,8 @@ def test_grpo_trains_on_toolstar_tasks_writes_its_outputs_and_resumes(tmp_path, 
 @pytest.mark.slow
 def test_greedy_evaluation_during_rl_scores_held_out_toolstar_tasks(tmp_path, tiny_model_dir, toolstar_inputs,
                                                                     bubblewrap):
-    qa, tasks, toolstar_params = toolstar_inputs
-    paths = RLPaths(model=tiny_model_dir, world=tmp_path / "no-world", queries=tasks, out=tmp_path / "models/rl",
-                    checkpoints=tmp_path / "checkpoints/rl", metrics=tmp_path / "metrics/rl.json",
-                    plots=tmp_path / "plots/rl", qa=qa, toolstar_params=toolstar_params, eval_queries=tasks)
+    tasks = toolstar_inputs[1]
+    paths = toolstar_paths(tmp_path, tiny_model_dir, toolstar_inputs, eval_queries=tasks)
     logged = []
     params = RLParams.model_validate({**TINY_TOOLSTAR, "max_steps": 1, "eval": {"every": 1, "max_queries": 3}})
     train(params, paths, progress_bar=False, log=lambda metrics, step: logged.append((step, metrics)))
@@ -167,10 +170,7 @@ def test_greedy_evaluation_during_rl_scores_held_out_toolstar_tasks(tmp_path, ti
 @pytest.mark.parametrize("algorithm", ["dr_grpo", "dapo", "aepo"])
 def test_the_other_algorithms_run_on_toolstar_tasks(algorithm, tmp_path, tiny_model_dir, toolstar_inputs,
                                                     bubblewrap):
-    qa, tasks, toolstar_params = toolstar_inputs
-    paths = RLPaths(model=tiny_model_dir, world=tmp_path / "no-world", queries=tasks, out=tmp_path / "models/rl",
-                    checkpoints=tmp_path / "checkpoints/rl", metrics=tmp_path / "metrics/rl.json",
-                    plots=tmp_path / "plots/rl", qa=qa, toolstar_params=toolstar_params)
+    paths = toolstar_paths(tmp_path, tiny_model_dir, toolstar_inputs)
     params = RLParams.model_validate({**TINY_TOOLSTAR, "algorithm": algorithm, "max_steps": 1,
                                       "queries_per_step": 1, "dynamic_sampling": {"max_extra_rounds": 0},
                                       "arpo": {"budget": 3, "initial_rollouts": 2, "entropy_tokens": 4}})
