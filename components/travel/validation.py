@@ -21,7 +21,7 @@ from components.agent.loop import Episode, Limits, run_episodes
 from components.agent.params import DecodingParams, LimitsParams
 from components.errors import UserError
 from components.params import Params
-from components.travel.env import TravelEnv
+from components.travel.env import travel_episodes
 from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS, evaluate_plan
 from components.travel.metrics import summarize
 from components.travel.plans import parse_plan
@@ -205,13 +205,6 @@ class ProsePlanFormatter:
 
 
 # --- running ----------------------------------------------------------------------------------------------------
-
-def travel_episodes(world, queries: list, failure_rate: float, seed: int) -> list[Episode]:
-    """One travel episode per query (the env's failure injection seeded per query)."""
-    return [Episode(idx=q.idx, env=TravelEnv(world, q, failure_rate=failure_rate, seed=seed + q.idx),
-                    meta={"query": q, "level": q.level})
-            for q in queries]
-
 
 def run_validation(world, queries: list, policy, limits: Limits, tokenizer=None, failure_rate: float = 0.0,
                    seed: int = 0, formatter=None, progress: bool = True) -> tuple[list[dict], dict]:
