@@ -45,6 +45,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="build flights from the flight rows of a train_ref_info.jsonl (when the CSV is absent)")
     imp.set_defaults(handler=import_handler)
 
+    layout = world_sub.add_parser(
+        "layout-reference", help="lay a reference copy of the benchmark (flat database/*.csv + fixtures/"
+                                 "train_ref_info.jsonl) out as the official database, with a flights CSV made of "
+                                 "the reference information's flight rows")
+    layout.add_argument("--reference", required=True, help="folder holding database/ and fixtures/train_ref_info.jsonl")
+    layout.add_argument("--out", default="data/travelplanner", help="the official layout's folder (a world.source)")
+    layout.set_defaults(handler=layout_handler)
+
     tool = subparsers.add_parser("tool", help="call one sandbox tool, e.g. star tool --world data/world "
                                               "SearchCity '{\"state\": \"Texas\"}'")
     tool.add_argument("--world", default="data/world", help="world directory")
@@ -105,6 +113,15 @@ def import_handler(args: argparse.Namespace) -> int:
     from components.travel.importer import import_database
 
     _report(import_database(args.source, args.out, flights_from_ref_info=args.flights_from_ref_info), args.out)
+    return 0
+
+
+def layout_handler(args: argparse.Namespace) -> int:
+    from components.travel.importer import lay_out_reference
+
+    out = lay_out_reference(args.reference, args.out)
+    print(f"wrote {out}/database/ in the official layout (flights: the reference information's rows); "
+          f"import it with `star world import --source {out} --out data/world`")
     return 0
 
 
