@@ -41,7 +41,7 @@ def base_model(args: argparse.Namespace) -> int:
 def write_base(params, out: Path) -> dict:
     """Write the base checkpoint into `out` as `params` says; returns the stage summary."""
     from components.models.checkpoints import save_checkpoint, snapshot_pretrained
-    from components.models.factory import count_parameters, random_model
+    from components.models.factory import count_parameters, random_model, small_qwen2
     from components.models.gguf import gguf_path, load_gguf, sha256
     from components.models.loading import check_chat_protocol, load_tokenizer
 
@@ -71,8 +71,11 @@ def write_base(params, out: Path) -> dict:
         model = AutoModelForCausalLM.from_pretrained(params.source, revision=params.revision, dtype="float32")
     check_chat_protocol(tokenizer)
     if params.kind == "random":
-        model = random_model(model.config, seed=params.random.seed, num_hidden_layers=params.random.num_layers)
-        summary["random"] = params.random.model_dump()
+        shape = params.random
+        model = (small_qwen2(tokenizer, seed=shape.seed, hidden_size=shape.hidden_size, num_layers=shape.num_layers)
+                 if shape.architecture == "qwen2.5" else
+                 random_model(model.config, seed=shape.seed, num_hidden_layers=shape.num_layers))
+        summary["random"] = shape.model_dump()
     if out.exists():
         shutil.rmtree(out)
     save_checkpoint(model, tokenizer, out, stage="base_model",

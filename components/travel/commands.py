@@ -82,10 +82,11 @@ def build_world(params, out: str) -> dict:
         from components.travel.synthetic import write_synthetic_world
 
         return write_synthetic_world(params, out)
-    from components.travel.importer import import_database
+    from components.travel.importer import import_database, missing_database
 
     if not Path(params.source).exists():
-        raise UserError(f"world.source={params.source!r} is neither \"synthetic\" nor an existing database folder")
+        raise missing_database(params.source, f"world.source={params.source!r} is neither \"synthetic\" nor an "
+                                              f"existing folder")
     return import_database(params.source, out, flights_from_ref_info=params.flights_from_ref_info,
                            prompt_style=params.prompt_style)
 

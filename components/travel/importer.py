@@ -46,8 +46,20 @@ SOURCE_FILES = {
 }
 
 
+WHERE_TO_GET = (
+    "The official database is published with the TravelPlanner benchmark (github.com/OSU-NLP-Group/TravelPlanner: "
+    "the database archive its README links to); unzip it so that {source}/database/flights/clean_Flights_2022.csv "
+    "and the other tables exist, then rerun (docs/operations.md, \"The real database\")."
+)
+
+
 class DatabaseNotFoundError(UserError):
     """The source directory does not hold a TravelPlanner database."""
+
+
+def missing_database(source: str | Path, what: str) -> DatabaseNotFoundError:
+    """The error for a database folder that is absent or incomplete: what is missing, where to get the database."""
+    return DatabaseNotFoundError(f"{what}. {WHERE_TO_GET.format(source=source)}")
 
 
 def find_source_file(source_dir: str | Path, table: str) -> Path | None:
@@ -195,14 +207,12 @@ def read_database(source_dir: str | Path, flights_from: str | Path | None = None
     """Read every table of a TravelPlanner database into frames, with the official load rules applied."""
     source_dir = Path(source_dir)
     if not source_dir.exists():
-        raise DatabaseNotFoundError(f"source directory {source_dir} does not exist")
+        raise missing_database(source_dir, f"no TravelPlanner database at {source_dir}: the folder does not exist")
     paths = {t: find_source_file(source_dir, t) for t in SOURCE_FILES}
     missing = [SOURCE_FILES[t][1] for t, p in paths.items() if p is None and t != "flights"]
     if missing:
-        raise DatabaseNotFoundError(
-            f"{source_dir} is not a TravelPlanner database: {missing} not found under "
-            f"database/<table>/ or database/ (download the benchmark's database)"
-        )
+        raise missing_database(source_dir, f"{source_dir} is not a TravelPlanner database: {missing} not found "
+                                           f"under database/<table>/ or database/")
     frames = {
         "accommodations": load_accommodations(paths["accommodations"]),
         "restaurants": load_restaurants(paths["restaurants"]),

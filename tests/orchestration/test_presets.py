@@ -17,7 +17,7 @@ from components.params import active_preset
 REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "params" / "presets"
 REAL_PRESETS = ("qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
-OTHER_PRESETS = (*REAL_PRESETS, "smoke")  # every preset tiny must switch back from
+OTHER_PRESETS = (*REAL_PRESETS, "smoke", "rehearsal")  # every preset tiny must switch back from
 
 
 def tiny_params(dest: Path) -> Path:
@@ -118,6 +118,18 @@ def test_tiny_restores_every_key_another_preset_sets():
         # a key is restored when tiny sets it, or a whole block above it (teacher.endpoint: null)
         missed = [k for k in real if not any(".".join(k.split(".")[:i]) in tiny for i in range(1, k.count(".") + 2))]
         assert missed == [], f"{name} sets keys tiny does not restore: {sorted(missed)}"
+
+
+@pytest.mark.parametrize("name", ("tiny", *OTHER_PRESETS))
+def test_presets_name_no_path_outside_the_repository(name):
+    for key, value in leaves(yaml.safe_load((PRESETS / f"{name}.yaml").read_text())).items():
+        if isinstance(value, str) and "/" in value and "://" not in value:
+            assert not value.startswith(("/", "~", "..")) and "/../" not in value, f"{name}: {key}: {value}"
+
+
+def test_real_presets_read_the_database_from_the_project(tmp_path):
+    for name in REAL_PRESETS:
+        assert yaml.safe_load((PRESETS / f"{name}.yaml").read_text())["world"]["source"] == "data/travelplanner"
 
 
 def test_real_presets_follow_the_paper_recipe():
