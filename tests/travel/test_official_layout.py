@@ -127,3 +127,56 @@ def test_a_column_that_is_not_the_official_type_names_the_file_and_column(offici
     error = capsys.readouterr().err
     assert "clean_Flights_2022.csv" in error and "'Price'" in error and "cheap" in error
     assert not (tmp_path / "w").exists()
+
+
+# ---- the other values a real run reads from these files, each as the import leaves them ----
+
+def test_every_house_rule_and_room_type_is_one_the_queries_can_name(imported):
+    from components.travel.checks import ROOM_TYPE_OF
+    from components.travel.tasks import HOUSE_RULES
+
+    rooms = pd.read_parquet(imported / "accommodations.parquet")
+    rules = {rule.strip() for text in rooms["house_rules"] for rule in text.split("&")}
+    assert rules == {f"No {rule}" for rule in HOUSE_RULES}  # what the room-rule checks look for
+    assert set(rooms["room type"]) == set(ROOM_TYPE_OF.values())
+
+
+def test_every_distance_row_reads_as_minutes_and_kilometres_or_is_invalid(imported):
+    from components.travel.world import distance_entry
+
+    table = pd.read_parquet(imported / "distance.parquet")
+    assert "cost" not in table.columns  # always empty in the file: the tools compute the cost from the distance
+    entries = [distance_entry(*row) for row in table[["origin", "destination", "duration", "distance"]].itertuples(
+        index=False)]
+    valid = [e for e in entries if e["valid"]]
+    assert len(valid) > 10_000
+    assert all(e["minutes"] > 0 and e["km"] > 0 for e in valid)
+    multi_day = [e for e in entries if e["duration"] and "day" in e["duration"]]
+    assert multi_day and not any(e["valid"] for e in multi_day)  # the official tool's "no valid information"
+    assert all(not e["valid"] for e in entries if e["duration"] is None)
+
+
+def test_the_gold_plans_fly_on_their_querys_dates_at_the_listed_prices(imported, gold):
+    world = World.load(imported)
+    for query, plan in gold:
+        assert all(re.fullmatch(r"2022-\d\d-\d\d", day) for day in query.date) and isinstance(query.budget, int)
+        for number, day in ((n, d) for d, entry in zip(query.date, plan)
+                            for n in FLIGHT.findall(str(entry.get("transportation", "")))):
+            row = world.flight(number)
+            assert row["FlightDate"] == day and isinstance(row["Price"], int), (query.idx, number)
+
+
+def test_queries_synthesized_on_the_imported_database_name_its_dates_and_cities(imported, tmp_path, monkeypatch):
+    from components.travel.tasks import load_queries
+
+    monkeypatch.chdir(tmp_path)  # the stage's MLflow store and metrics land here
+    params = tmp_path / "queries.yaml"
+    params.write_text("queries:\n  days: [3, 5, 7]\n  sizes: {sft: 6, rl: 3, val: 3}\n")
+    assert main(["queries", "--params", str(params), "--world", str(imported), "--out", str(tmp_path / "q"),
+                 "--metrics", str(tmp_path / "queries.json")]) == 0
+    world = World.load(imported)
+    queries = [q for split in ("sft", "rl", "val") for q in load_queries(tmp_path / "q" / f"{split}.jsonl")]
+    assert {q.days for q in queries} <= {3, 5, 7} and len(queries) == 12
+    for query in queries:
+        assert world.state_of(query.org) is not None and query.budget > 0
+        assert all(re.fullmatch(r"2022-\d\d-\d\d", day) for day in query.date)
