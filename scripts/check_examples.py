@@ -98,6 +98,8 @@ EXAMPLES: dict[str, Check] = {
     "star deploy": Check("parse", why=CRON),
     "star world import --source DIR --out DIR": Check(
         "parse", "star world import --source travelplanner --out {tmp}/world", why=REAL_DATA),
+    "star world layout-reference --reference DIR --out DIR": Check(
+        "parse", "star world layout-reference --reference travelplanner --out {tmp}/travelplanner", why=REAL_DATA),
     "star tool --world data/world SearchFlight "
     "'{\"departure\": \"Palavi\", \"destination\": \"Gorvibri\", \"date\": \"2022-03-01\"}'":
         Check("run", "star tool --world data/world SearchFlight "

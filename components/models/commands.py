@@ -47,11 +47,12 @@ def write_base(params, out: Path) -> dict:
 
     source = gguf_path(params.source)
     summary: dict = {"kind": params.kind, "source": params.source, "revision": params.revision}
+    own_architecture = params.kind == "random" and params.random.architecture != "source"  # only the tokenizer
     if source is not None:
         print(f"converting {source} (GGUF) ...", file=sys.stderr)
         summary["gguf_file"] = source.name
         summary["sha256"] = sha256(source)
-        model, tokenizer = load_gguf(source, weights=True)
+        model, tokenizer = load_gguf(source, weights=not own_architecture)
     elif params.kind == "pretrained":
         snapshot_pretrained(params.source, out, revision=params.revision)
         from transformers import AutoConfig
