@@ -55,7 +55,7 @@ from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, bu
 from components.training.rl.params import RLParams
 from components.training.rl.rewards import TrajectoryReward, trajectory_reward
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
-from components.training.rl.weight_sync import ModuleWeightSync, NoWeightSync, VLLMWeightSync, build_weight_sync
+from components.training.rl.weight_sync import EngineWeightSync, ModuleWeightSync, NoWeightSync, build_weight_sync
 
 if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -314,7 +314,7 @@ class Parts:
     tokenizer: PreTrainedTokenizerBase
     optimizer: TorchOptimizer | AccelerateOptimizer | FSDPOptimizer  # holds the trained model (FSDP: its shards)
     engine: RolloutEngine
-    sync: NoWeightSync | VLLMWeightSync | ModuleWeightSync
+    sync: NoWeightSync | EngineWeightSync | ModuleWeightSync
     ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)
     update_config: UpdateConfig
     pad_id: int
@@ -359,7 +359,8 @@ def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Pat
     engine_source = paths.model if adapters is not None or sharded else source
     sampler = load_policy_model(paths.model, dtype=params.dtype, device=device).eval() if sharded \
         else optimizer.unwrap()
-    policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device)
+    policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device,
+                          dtype=str(compute_dtype).removeprefix("torch."))  # vLLM: the trainer's compute dtype
     limits = params.rollout.to_limits()
     engine = RolloutEngine(policy, tokenizer, tasks, limits, seed=seed, entropy_tokens=params.arpo.entropy_tokens)
     config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
