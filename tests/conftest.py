@@ -69,6 +69,14 @@ def tiny_world(tiny_world_dir: Path):
     return World.load(tiny_world_dir)
 
 
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The interpreter of this checkout's rollout engine environment; skips the test where there is none."""
+    if ENGINE_PYTHON is None:
+        pytest.skip("no rollout engine environment (.venv-engine): ./scripts/bootstrap.sh builds it")
+    return ENGINE_PYTHON
+
+
 @pytest.fixture
 def bubblewrap() -> None:
     """Tool-Star stages run model-written code in the real sandbox: skipped, with the reason, where bubblewrap cannot
