@@ -372,7 +372,8 @@ def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Pat
                           entropy_clipping=params.aepo.enabled and params.aepo.entropy_clipping,
                           entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0,
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
-                          tis_cap=params.tis_cap)
+                          tis_cap=params.tis_cap,
+                          mismatch_every_step=getattr(policy, "engine", None) is not None)  # vLLM's own engine
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     sync = build_weight_sync(policy, own_copy=True) if sharded else build_weight_sync(policy)
     if adapters is not None and source != paths.model:
@@ -666,6 +667,16 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     a resumed run is tagged with the run it continues.
     """
     run = start_run(params, paths, tag, run_id)
+    try:
+        return run_steps(run, params, paths, log, progress_bar)
+    finally:
+        close = getattr(run.parts.engine.policy, "close", None)
+        if close is not None:
+            close()  # the vLLM engine process (the transformers backend has nothing to stop)
+
+
+def run_steps(run: TrainingRun, params: RLParams, paths: RLPaths, log: LogFn, progress_bar: bool) -> dict:
+    """`train`'s steps from where `run` starts, then the end of the run (`finish_run`)."""
     engine, ranks = run.parts.engine, run.parts.ranks
     if run.held_out is not None and run.resumed_from == 0:
         log(evaluate_step(run, paths, 0), 0)  # the start model
