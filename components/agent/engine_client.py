@@ -196,17 +196,12 @@ class EngineProcess:
     def push_weights(self, named_tensors: Iterable[tuple[str, object]]) -> int:
         """Load these (name, tensor) weights (checkpoint names, full tensors) into the engine: one safetensors file
         on tmpfs, read by the engine and removed afterwards. Returns the number of tensors loaded."""
+        import torch
         from safetensors.torch import save_file
 
-        dtype = None if self.options.dtype == "auto" else self.options.dtype
-        tensors = {}
-        for name, tensor in named_tensors:
-            tensor = tensor.detach()
-            if dtype is not None:
-                import torch
-
-                tensor = tensor.to(getattr(torch, dtype))
-            tensors[name] = tensor.contiguous().cpu()
+        dtype = None if self.options.dtype == "auto" else getattr(torch, self.options.dtype)
+        tensors = {name: tensor.detach().to(device="cpu", dtype=dtype).contiguous()
+                   for name, tensor in named_tensors}
         handle, path = tempfile.mkstemp(prefix="star-weights-", suffix=".safetensors", dir=weights_dir())
         os.close(handle)
         try:

@@ -45,10 +45,11 @@ def test_rl_on_the_engine_logs_the_mismatch_and_the_sync_time_every_step(engine_
     paths = RLPaths(model=tmp_path / "sft", world=tiny_world_dir, queries=rl_queries_path, out=tmp_path / "rl",
                     checkpoints=tmp_path / "checkpoints", metrics=tmp_path / "rl.json", plots=tmp_path / "plots")
     logged = []
+    before = engine_processes(os.getpid())  # other tests' session engines, if any
     train(params, paths, log=lambda metrics, step: logged.append((step, metrics)), progress_bar=False)
     assert [step for step, _ in logged] == [1, 2]
     for _, metrics in logged:
         assert metrics["policy/weight_sync_tensors"] == len(list(model.parameters()))
         assert metrics["policy/weight_sync_s"] > 0
         assert 0 <= metrics["policy/logprob_mismatch"] <= 1e-4  # float32 on both sides
-    assert engine_processes(os.getpid()) == []
+    assert engine_processes(os.getpid()) == before  # the run stopped its engine
