@@ -105,6 +105,8 @@ class EngineProcess:
             command += ["--max-model-len", str(options.max_model_len)]
         sleep = options.sleep_mode if options.sleep_mode == "auto" else ("on" if options.sleep_mode else "off")
         command += ["--sleep-mode", sleep] + ["--compile"] * options.compile
+        if threading.current_thread() is not threading.main_thread():
+            command.append("--no-pdeathsig")  # PR_SET_PDEATHSIG fires when the starting thread ends
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                "OMP_NUM_THREADS": str(options.threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}

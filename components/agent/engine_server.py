@@ -5,9 +5,9 @@ components.agent.engine_server ...`, the repository root on PYTHONPATH); it impo
 vLLM, safetensors (a vLLM dependency) and the protocol module, never the project's stage packages, whose
 dependencies live in the other environment.
 
-It dies with the stage that started it, however the stage ends: the kernel sends it SIGKILL when the stage's thread
-that started it exits (PR_SET_PDEATHSIG), and a watchdog thread exits when its stdin, a pipe whose other end only the
-stage holds, reads end-of-file (the stage died, or closed it). vLLM runs in this one process
+It dies with the stage that started it, however the stage ends: the kernel sends it SIGKILL when the stage's main
+thread, which started it, exits (PR_SET_PDEATHSIG), and a watchdog thread exits when its stdin, a pipe whose other
+end only the stage holds, reads end-of-file (the stage died, or closed it). vLLM runs in this one process
 (VLLM_ENABLE_V1_MULTIPROCESSING=0), so no engine-core process of its own can outlive it.
 
 Weights arrive as a safetensors file named by path and load through vLLM's in-place reload
@@ -32,11 +32,11 @@ from components.agent.engine_protocol import EngineConnectionClosed, recv_messag
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int) -> None:
-    """Exit when the stage that started this process goes away: PR_SET_PDEATHSIG (Linux), plus a thread that exits
-    on end-of-file of stdin (the stage holds the pipe's write end), which also covers a stage whose starting thread
-    ended before the stage did."""
-    if sys.platform.startswith("linux"):
+def die_with_parent(parent_pid: int, pdeathsig: bool = True) -> None:
+    """Exit when the stage that started this process goes away: with `pdeathsig`, PR_SET_PDEATHSIG (Linux: the
+    kernel's SIGKILL when the thread that started this process exits, so the stage asks for it only from its main
+    thread), and always a thread that exits on end-of-file of stdin (the stage holds the pipe's write end)."""
+    if pdeathsig and sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the stage died before prctl took effect
@@ -188,6 +188,8 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--socket", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--parent-pid", type=int, required=True)
+    parser.add_argument("--no-pdeathsig", action="store_true",
+                        help="started from a thread that may end before the stage: rely on the stdin watchdog")
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-model-len", type=int, default=None)
@@ -202,7 +204,7 @@ def parse_args(argv: list[str] | None = None):
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    die_with_parent(args.parent_pid)
+    die_with_parent(args.parent_pid, pdeathsig=not args.no_pdeathsig)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     engine = Engine(build_engine(args), args.model)
     serve(engine, args.socket)
