@@ -144,9 +144,11 @@ class EngineProcess:
         return self.process.poll() is None
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Stop the engine (a shutdown request, then SIGKILL if it has not exited within `timeout_s`) and remove its
-        working directory. Idempotent."""
+        """Stop the engine (a shutdown request, then SIGKILL if it has not exited within `timeout_s`; SIGKILL at once
+        for one that never became ready) and remove its working directory. Idempotent."""
         atexit.unregister(self.close)
+        if self._sock is None and self.process.poll() is None:  # never became ready: nothing to shut down in order
+            self.process.kill()
         if self.process.poll() is None and self._sock is not None:
             try:
                 self._sock.settimeout(timeout_s)

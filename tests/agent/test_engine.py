@@ -200,6 +200,14 @@ def test_after_an_rl_update_and_a_sync_the_engine_decodes_as_the_updated_policy(
         served.engine.push_weights(model.named_parameters())
 
 
+def test_sleep_mode_on_a_cpu_engine_is_refused_with_the_reason(tied_engine, engine_python):
+    from components.agent.engine_client import EngineError, EngineOptions, EngineProcess
+
+    with pytest.raises(EngineError, match=r"release_engine_memory: true\) needs a GPU"):
+        EngineProcess(tied_engine.directory, EngineOptions(dtype="float32", sleep_mode=True), python=engine_python)
+    assert not tied_engine.engine.sleeps  # auto: no sleep mode on a CPU
+
+
 STAGE = """
 import sys, time
 from components.agent.engine_client import EngineOptions, EngineProcess

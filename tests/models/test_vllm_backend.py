@@ -96,3 +96,28 @@ def test_each_request_gets_its_own_seed_and_greedy_sends_temperature_zero(smol_t
     assert (engine.params[-1]["temperature"], engine.params[-1]["top_p"]) == (0.0, 1.0)
     with pytest.raises(ValueError, match="token backend"):
         sampler.generate([TurnRequest(messages=[{"role": "user", "content": "hi"}])])
+
+
+def fake_engine_python(tmp_path, body: str):
+    """An executable standing in for the engine's interpreter: runs `body` as a shell script."""
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\n" + body + "\n")
+    python.chmod(0o755)
+    return python
+
+
+def test_an_engine_that_dies_while_starting_is_reported_with_its_log(tmp_path):
+    from components.agent.engine_client import EngineError, EngineProcess
+
+    python = fake_engine_python(tmp_path, 'echo "ValueError: no model at $6" >&2; exit 3')
+    with pytest.raises(EngineError, match=r"exited with status 3 while starting(.|\n)*ValueError: no model at"):
+        EngineProcess(tmp_path / "model", python=python)
+
+
+def test_an_engine_that_never_gets_ready_times_out_with_its_log(tmp_path):
+    from components.agent.engine_client import EngineError, EngineOptions, EngineProcess
+
+    python = fake_engine_python(tmp_path, 'echo "loading weights" >&2; exec sleep 60')
+    with pytest.raises(EngineError, match=r"did not become ready within 1 s(.|\n)*loading weights") as error:
+        EngineProcess(tmp_path / "model", EngineOptions(startup_timeout_s=1.0), python=python)
+    assert "raise the startup timeout" in str(error.value)
