@@ -78,7 +78,8 @@ EXAMPLES: dict[str, Check] = {
     # README: install and tests (what .ci/run itself does first)
     "./scripts/bootstrap.sh && . .venv/bin/activate && star preset use tiny && dvc repro": Check(
         "covered", why=".ci/run runs bootstrap.sh; the tiny `dvc repro` takes ~2 h on 2 cores (measured in "
-                       "docs/tiny_preset.md); its smoke counterpart is .ci/run's `dvc repro`"),
+                       "docs/tiny_preset.md); its smoke counterpart is the tests' shared smoke project "
+                       "(tests/integration/conftest.py: smoke_project)"),
     "./scripts/bootstrap.sh && .venv/bin/pytest -q": Check("covered", why=".ci/run runs bootstrap.sh and pytest -q"),
     "pytest -q -m quick": Check("covered", why="a subset of .ci/run's pytest -q"),
     ". .venv/bin/activate": Check("covered", why="shell set-up"),
@@ -98,6 +99,8 @@ EXAMPLES: dict[str, Check] = {
     "star deploy": Check("parse", why=CRON),
     "star world import --source DIR --out DIR": Check(
         "parse", "star world import --source travelplanner --out {tmp}/world", why=REAL_DATA),
+    "star world layout-reference --reference DIR --out DIR": Check(
+        "parse", "star world layout-reference --reference travelplanner --out {tmp}/travelplanner", why=REAL_DATA),
     "star tool --world data/world SearchFlight "
     "'{\"departure\": \"Palavi\", \"destination\": \"Gorvibri\", \"date\": \"2022-03-01\"}'":
         Check("run", "star tool --world data/world SearchFlight "

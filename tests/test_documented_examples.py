@@ -1,18 +1,17 @@
 """Every command example shown to users (README, dvc.yaml comments, `star <command> --help`) is classified in
-scripts/check_examples.py, parses with the real parsers, and, on a smoke-reproduced copy of the project, runs."""
+scripts/check_examples.py and parses with the real parsers; tests/integration/test_smoke_project.py runs the runnable
+ones on the shared smoke-reproduced copy of the project."""
 from __future__ import annotations
 
 import importlib.util
 import io
 import logging
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from project_copy import copy_project, project_environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,25 +120,3 @@ def test_an_unclassified_example_fails_and_a_stale_entry_too(tmp_path, parsers):
     assert "UNCLASSIFIED dvc repro --force  [README.md:4]" in failures  # the continued line, comment stripped
     assert "STALE dvc exp run -S params/rl.yaml:rl.reward.kind=macro" in failures
     assert "UNCLASSIFIED star ui" not in failures and "UNCLASSIFIED dvc plots show" not in failures
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.timeout(60 * 60)  # ~9 min on 2 cores, over the suite's 600 s limit when another job shares them
-def test_the_runnable_examples_run_on_a_smoke_reproduced_copy(tmp_path):
-    """`star preset use smoke && dvc repro`, then `scripts/check_examples.py --run`: ~9 minutes on 2 cores shared
-    with another job (the repro ~5-6, the examples ~2.5, 1.5 of them the `dvc exp run` ablation)."""
-    root = copy_project(tmp_path / "project")
-    env = project_environment(root)
-
-    def run(*command: str, timeout: float) -> str:
-        result = subprocess.run(list(command), cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-        assert result.returncode == 0, f"{' '.join(command)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-        return result.stdout
-
-    run("star", "preset", "use", "smoke", timeout=120)
-    run("dvc", "repro", timeout=1800)
-    output = run(sys.executable, "scripts/check_examples.py", "--run", timeout=2400)
-    assert "FAILED" not in output
-    assert "ok" in output and "dvc exp run -S params/rl.yaml:rl.reward.kind=macro" in output
-    assert "Running stage" not in run("dvc", "repro", timeout=600)  # the examples left the workspace reproduced

@@ -41,17 +41,18 @@ def base_model(args: argparse.Namespace) -> int:
 def write_base(params, out: Path) -> dict:
     """Write the base checkpoint into `out` as `params` says; returns the stage summary."""
     from components.models.checkpoints import save_checkpoint, snapshot_pretrained
-    from components.models.factory import count_parameters, random_model
+    from components.models.factory import count_parameters, random_model, small_qwen2
     from components.models.gguf import gguf_path, load_gguf, sha256
     from components.models.loading import check_chat_protocol, load_tokenizer
 
     source = gguf_path(params.source)
     summary: dict = {"kind": params.kind, "source": params.source, "revision": params.revision}
+    own_architecture = params.kind == "random" and params.random.architecture != "source"  # only the tokenizer
     if source is not None:
         print(f"converting {source} (GGUF) ...", file=sys.stderr)
         summary["gguf_file"] = source.name
         summary["sha256"] = sha256(source)
-        model, tokenizer = load_gguf(source, weights=True)
+        model, tokenizer = load_gguf(source, weights=not own_architecture)
     elif params.kind == "pretrained":
         snapshot_pretrained(params.source, out, revision=params.revision)
         from transformers import AutoConfig
@@ -71,8 +72,11 @@ def write_base(params, out: Path) -> dict:
         model = AutoModelForCausalLM.from_pretrained(params.source, revision=params.revision, dtype="float32")
     check_chat_protocol(tokenizer)
     if params.kind == "random":
-        model = random_model(model.config, seed=params.random.seed, num_hidden_layers=params.random.num_layers)
-        summary["random"] = params.random.model_dump()
+        shape = params.random
+        model = (small_qwen2(tokenizer, seed=shape.seed, hidden_size=shape.hidden_size, num_layers=shape.num_layers)
+                 if shape.architecture == "qwen2.5" else
+                 random_model(model.config, seed=shape.seed, num_hidden_layers=shape.num_layers))
+        summary["random"] = shape.model_dump()
     if out.exists():
         shutil.rmtree(out)
     save_checkpoint(model, tokenizer, out, stage="base_model",

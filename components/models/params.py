@@ -9,11 +9,15 @@ from components.params import Params
 
 
 class RandomInitParams(Params):
-    """`kind: random` (the smoke preset): the source's architecture and tokenizer with fewer layers, freshly
-    initialised. A wiring check: such a model learns nothing in the smoke budgets."""
+    """`kind: random` (the smoke and rehearsal presets): the source's architecture (or Qwen2.5's) and tokenizer with
+    fewer layers, freshly initialised. A wiring check: such a model learns nothing in those budgets."""
 
     num_layers: int = Field(2, ge=1, description="decoder layers of the random model (the source's width is kept)")
     seed: int = 0
+    architecture: Literal["source", "qwen2.5"] = Field(
+        "source", description="source: the source's architecture; qwen2.5: the real presets' (Qwen2.5 Instruct: "
+                              "biased q/k/v, tied embeddings) over the source's tokenizer, `hidden_size` wide")
+    hidden_size: int = Field(256, ge=128, multiple_of=128, description="width of a qwen2.5 random model")
 
 
 class ModelParams(Params):

@@ -36,7 +36,8 @@ class CorpusParams(Params):
 
 
 class DatasetParams(Params):
-    """One QA dataset: `generated` (data/qa/questions/<name>.jsonl), a local `jsonl` file, or `hf` (FlashRAG)."""
+    """One QA dataset: `generated` (data/qa/questions/<name>.jsonl), a local `jsonl` file (`path`), or `hf`
+    (FlashRAG's release on the Hub, or with `path` a local clone of it)."""
 
     name: str
     source: Literal["generated", "jsonl", "hf"] = "generated"
@@ -121,7 +122,7 @@ def load_datasets(params: OODQAParams, qa_dir: str | Path) -> dict[str, list[dic
                 raise UserError(f"ood_qa.datasets: dataset {spec.name!r} has source jsonl but no path")
             examples = load_jsonl_dataset(spec.path, spec.name, limit)
         else:
-            examples = load_hf_dataset(spec.name, spec.split, limit=limit)
+            examples = load_hf_dataset(spec.name, spec.split, limit=limit, path=spec.path)
         datasets[spec.name] = examples
     return datasets
 

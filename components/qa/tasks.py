@@ -44,13 +44,24 @@ def load_jsonl_dataset(path: str | Path, dataset: str | None = None, limit: int 
 
 
 def load_hf_dataset(name: str, split: str = "test", repo: str = FLASHRAG_REPO,
-                    limit: int | None = None) -> list[dict]:
-    """Load one benchmark from the Hugging Face Hub (needs network or a warm HF cache)."""
+                    limit: int | None = None, path: str | Path | None = None) -> list[dict]:
+    """Load one benchmark of FlashRAG's release from the Hugging Face Hub (needs network or a warm HF cache), or,
+    with `path`, from a local clone of that repository (`<path>/<name>/<split>.jsonl`) read by `datasets` the same
+    way."""
     try:
-        data = hf_datasets.load_dataset(repo, name, split=split)
-    except Exception as exc:  # noqa: BLE001 - any hub/cache failure is the same problem for the user
-        raise UserError(f"could not load {repo}:{name} split {split} from Hugging Face ({exc}); "
-                        "without network, use local JSONL datasets in params/ood_qa.yaml") from exc
+        if path is not None:
+            folder = Path(path) / name if (Path(path) / name).is_dir() else Path(path)
+            if not folder.is_dir():
+                raise UserError(f"{name}: {path} is not a folder holding {name}/<split>.jsonl (a clone of {repo})")
+            data = hf_datasets.load_dataset(str(folder), split=split)
+        else:
+            data = hf_datasets.load_dataset(repo, name, split=split)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any hub/cache/file failure is the same problem for the user
+        where = path if path is not None else f"{repo}:{name}"
+        raise UserError(f"could not load {where} split {split} ({exc}); without network, use a local clone of "
+                        f"{repo} (`path:`) or local JSONL datasets in params/ood_qa.yaml") from exc
     rows = data if limit is None else data.select(range(min(limit, len(data))))
     return [normalise_example(dict(row), name, i) for i, row in enumerate(rows)]
 

@@ -45,6 +45,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="build flights from the flight rows of a train_ref_info.jsonl (when the CSV is absent)")
     imp.set_defaults(handler=import_handler)
 
+    layout = world_sub.add_parser(
+        "layout-reference", help="lay a reference copy of the benchmark (flat database/*.csv + fixtures/"
+                                 "train_ref_info.jsonl) out as the official database, with a flights CSV made of "
+                                 "the reference information's flight rows")
+    layout.add_argument("--reference", required=True, help="folder holding database/ and fixtures/train_ref_info.jsonl")
+    layout.add_argument("--out", default="data/travelplanner", help="the official layout's folder (a world.source)")
+    layout.set_defaults(handler=layout_handler)
+
     tool = subparsers.add_parser("tool", help="call one sandbox tool, e.g. star tool --world data/world "
                                               "SearchCity '{\"state\": \"Texas\"}'")
     tool.add_argument("--world", default="data/world", help="world directory")
@@ -74,10 +82,11 @@ def build_world(params, out: str) -> dict:
         from components.travel.synthetic import write_synthetic_world
 
         return write_synthetic_world(params, out)
-    from components.travel.importer import import_database
+    from components.travel.importer import import_database, missing_database
 
     if not Path(params.source).exists():
-        raise UserError(f"world.source={params.source!r} is neither \"synthetic\" nor an existing database folder")
+        raise missing_database(params.source, f"world.source={params.source!r} is neither \"synthetic\" nor an "
+                                              f"existing folder")
     return import_database(params.source, out, flights_from_ref_info=params.flights_from_ref_info,
                            prompt_style=params.prompt_style)
 
@@ -105,6 +114,15 @@ def import_handler(args: argparse.Namespace) -> int:
     from components.travel.importer import import_database
 
     _report(import_database(args.source, args.out, flights_from_ref_info=args.flights_from_ref_info), args.out)
+    return 0
+
+
+def layout_handler(args: argparse.Namespace) -> int:
+    from components.travel.importer import lay_out_reference
+
+    out = lay_out_reference(args.reference, args.out)
+    print(f"wrote {out}/database/ in the official layout (flights: the reference information's rows); "
+          f"import it with `star world import --source {out} --out data/world`")
     return 0
 
 

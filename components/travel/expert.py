@@ -22,12 +22,12 @@ from typing import Any, Callable, Generator
 
 from components.agent.environment import is_turn_error
 from components.agent.types import TurnRequest, TurnResult
+from components.travel.checks import ROOM_TYPE_OF
 from components.travel.tasks import Query
 from components.syllables import NAME_SYLLABLES
 from components.travel.tools import call_tool, parse_observation
 
 MISTAKES = ("wrong_city_restaurant", "repeat_restaurant", "skip_constraint", "over_budget")
-ROOM_TYPE_OF = {"entire room": "Entire home/apt", "private room": "Private room", "shared room": "Shared room"}
 NIGHTS_PER_CITY = 2
 TRANSIENT_MARKER = "temporarily unavailable"
 MAX_RETRIES = 5  # transient tool failures retried per call

@@ -8,9 +8,12 @@ builds a flights table from the flight rows quoted in the benchmark's reference 
 """
 from __future__ import annotations
 
+import csv
 import json
 import logging
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -18,11 +21,15 @@ import pyarrow.csv as pacsv
 
 from components.errors import UserError
 from components.travel.world import (
+    NUMBER,
+    TABLE_SCHEMAS,
+    TEXT,
     ACCOMMODATION_COLUMNS,
     ATTRACTION_COLUMNS,
     DISTANCE_COLUMNS,
     FLIGHT_COLUMNS,
     RESTAURANT_COLUMNS,
+    column_kind,
     write_world,
 )
 
@@ -39,8 +46,20 @@ SOURCE_FILES = {
 }
 
 
+WHERE_TO_GET = (
+    "The official database is published with the TravelPlanner benchmark (github.com/OSU-NLP-Group/TravelPlanner: "
+    "the database archive its README links to); unzip it so that {source}/database/flights/clean_Flights_2022.csv "
+    "and the other tables exist, then rerun (docs/operations.md, \"The real database\")."
+)
+
+
 class DatabaseNotFoundError(UserError):
     """The source directory does not hold a TravelPlanner database."""
+
+
+def missing_database(source: str | Path, what: str) -> DatabaseNotFoundError:
+    """The error for a database folder that is absent or incomplete: what is missing, where to get the database."""
+    return DatabaseNotFoundError(f"{what}. {WHERE_TO_GET.format(source=source)}")
 
 
 def find_source_file(source_dir: str | Path, table: str) -> Path | None:
@@ -54,29 +73,73 @@ def find_source_file(source_dir: str | Path, table: str) -> Path | None:
     return None
 
 
-def _read_csv(path: Path) -> pd.DataFrame:
-    """Read an official CSV exactly (round-trip floats) and drop the unnamed index column."""
-    frame = pd.read_csv(path, float_precision="round_trip")
+class DatabaseFormatError(UserError):
+    """A database file holds a column that is not what the official database holds there."""
+
+
+def _text_columns(table: str) -> list[str]:
+    return [column for column, kind in TABLE_SCHEMAS[table].items() if kind == TEXT]
+
+
+def _first_non_number(values: Any) -> tuple[int, str] | None:
+    """(data row, value) of the first value that is not a number, or None."""
+    for row, value in enumerate(values, start=1):
+        if value is None:
+            continue
+        try:
+            float(str(value).replace(",", ""))
+        except ValueError:
+            return row, str(value)
+    return None
+
+
+def check_columns(table: str, path: Path, schema: pa.Schema, column_values: Any) -> None:
+    """Refuse a table whose columns are missing or not of the official kind, naming the file and the column;
+    `column_values(name)` gives a column's values, to quote the first one that is not a number."""
+    missing = [c for c in TABLE_SCHEMAS[table] if c not in schema.names]
+    if missing:
+        raise DatabaseFormatError(f"{path} lacks the columns {missing} (it has {schema.names}): it is not the "
+                                  f"official {SOURCE_FILES[table][1]}; re-download the database")
+    for column, kind in TABLE_SCHEMAS[table].items():
+        found = column_kind(schema.field(column).type)
+        if found == kind or pa.types.is_null(schema.field(column).type):
+            continue
+        culprit = _first_non_number(column_values(column)) if kind == NUMBER else None
+        quoted = f" (data row {culprit[0]}: {culprit[1]!r})" if culprit else ""
+        holds = found or str(schema.field(column).type)
+        raise DatabaseFormatError(
+            f"{path}: column {column!r} must hold {kind} values as in the official database, but holds "
+            f"{holds}{quoted}; fix the file or re-download the database")
+
+
+def _read_csv(path: Path, table: str) -> pd.DataFrame:
+    """Read an official CSV as the official loader does (round-trip floats, the unnamed index column dropped), with
+    the text columns kept as the file's text, and check it against the table's schema."""
+    frame = pd.read_csv(path, float_precision="round_trip", dtype={c: str for c in _text_columns(table)})
     unnamed = [c for c in frame.columns if str(c).startswith("Unnamed:") or str(c) == ""]
-    return frame.drop(columns=unnamed)
+    frame = frame.drop(columns=unnamed)
+    columns = [c for c in TABLE_SCHEMAS[table] if c in frame.columns]
+    check_columns(table, path, pa.Schema.from_pandas(frame[columns], preserve_index=False),
+                  lambda column: frame[column].tolist())
+    return frame
 
 
 def load_accommodations(path: Path) -> pd.DataFrame:
     """Accommodations as the official tool loads them: rows with any empty field dropped."""
-    return _read_csv(path).dropna().reset_index(drop=True)[list(ACCOMMODATION_COLUMNS)]
+    return _read_csv(path, "accommodations").dropna().reset_index(drop=True)[list(ACCOMMODATION_COLUMNS)]
 
 
 def load_restaurants(path: Path) -> pd.DataFrame:
-    return _read_csv(path).dropna().reset_index(drop=True)[list(RESTAURANT_COLUMNS)]
+    return _read_csv(path, "restaurants").dropna().reset_index(drop=True)[list(RESTAURANT_COLUMNS)]
 
 
 def load_attractions(path: Path) -> pd.DataFrame:
-    return _read_csv(path).dropna().reset_index(drop=True)[list(ATTRACTION_COLUMNS)]
+    return _read_csv(path, "attractions").dropna().reset_index(drop=True)[list(ATTRACTION_COLUMNS)]
 
 
 def load_distance(path: Path) -> pd.DataFrame:
     """Distance rows with the first row kept on duplicate (origin, destination) pairs; the empty `cost` dropped."""
-    frame = _read_csv(path)[list(DISTANCE_COLUMNS)]
+    frame = _read_csv(path, "distance")[list(DISTANCE_COLUMNS)]
     return frame.drop_duplicates(subset=["origin", "destination"], keep="first").reset_index(drop=True)
 
 
@@ -94,11 +157,21 @@ def load_cities(path: Path) -> pd.DataFrame:
 
 
 def load_flights_csv(path: Path) -> pa.Table:
-    """The official flights CSV (3.8 M rows) read with pyarrow; rows with an empty field dropped (official)."""
-    table = pacsv.read_csv(path)
-    table = table.select([c for c in table.column_names if c and not c.startswith("Unnamed")])
-    table = table.drop_null()
-    return table.select(list(FLIGHT_COLUMNS))
+    """The official flights CSV (3.8 M rows) read with pyarrow as the official loader reads it with pandas: dates,
+    times and durations as the file's text (no type inference), rows with an empty field dropped."""
+    with path.open(newline="") as handle:
+        names = next(csv.reader(handle), [])
+    missing = [c for c in FLIGHT_COLUMNS if c not in names]
+    if missing:
+        raise DatabaseFormatError(f"{path} lacks the columns {missing} (it has {names}): it is not the official "
+                                  f"clean_Flights_2022.csv; re-download the database")
+    options = pacsv.ConvertOptions(include_columns=list(FLIGHT_COLUMNS), strings_can_be_null=True,
+                                   column_types={c: pa.string() for c in _text_columns("flights")})
+    table = pacsv.read_csv(path, convert_options=options)
+    if any(column.null_count for column in table.columns):  # a copy of 3.8 M rows only where a row is dropped
+        table = table.drop_null()
+    check_columns("flights", path, table.schema, lambda column: table[column].to_pylist())
+    return table
 
 
 def flights_from_ref_info(path: str | Path) -> pd.DataFrame:
@@ -136,14 +209,12 @@ def read_database(source_dir: str | Path, flights_from: str | Path | None = None
     """Read every table of a TravelPlanner database into frames, with the official load rules applied."""
     source_dir = Path(source_dir)
     if not source_dir.exists():
-        raise DatabaseNotFoundError(f"source directory {source_dir} does not exist")
+        raise missing_database(source_dir, f"no TravelPlanner database at {source_dir}: the folder does not exist")
     paths = {t: find_source_file(source_dir, t) for t in SOURCE_FILES}
     missing = [SOURCE_FILES[t][1] for t, p in paths.items() if p is None and t != "flights"]
     if missing:
-        raise DatabaseNotFoundError(
-            f"{source_dir} is not a TravelPlanner database: {missing} not found under "
-            f"database/<table>/ or database/ (download the benchmark's database)"
-        )
+        raise missing_database(source_dir, f"{source_dir} is not a TravelPlanner database: {missing} not found "
+                                           f"under database/<table>/ or database/")
     frames = {
         "accommodations": load_accommodations(paths["accommodations"]),
         "restaurants": load_restaurants(paths["restaurants"]),
@@ -169,3 +240,34 @@ def import_database(source_dir: str | Path, out_dir: str | Path, flights_from_re
     source = str(Path(source_dir).resolve())
     params = {"flights_from_ref_info": str(flights_from_ref_info)} if flights_from_ref_info else None
     return write_world(frames, out_dir, source=source, params=params, prompt_style=prompt_style)
+
+
+def write_flights_csv(flights: pd.DataFrame, path: str | Path) -> Path:
+    """Write a flights table as the official `clean_Flights_2022.csv` is written: an unnamed index column first,
+    then the official columns, dates and times as text."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flights[list(FLIGHT_COLUMNS)].reset_index(drop=True).to_csv(path, index=True)
+    return path
+
+
+def lay_out_reference(reference_dir: str | Path, out_dir: str | Path) -> Path:
+    """Lay a reference copy of the benchmark (flat `database/*.csv` plus `fixtures/train_ref_info.jsonl`) out as the
+    official database (`<out>/database/<table>/<file>`), with a flights CSV in the official format made of the flight
+    rows its reference information quotes; returns `out_dir`, ready for `star world import --source`."""
+    reference_dir, out_dir = Path(reference_dir), Path(out_dir)
+    ref_info = reference_dir / "fixtures" / "train_ref_info.jsonl"
+    if not ref_info.is_file():
+        raise DatabaseNotFoundError(f"{reference_dir} has no fixtures/train_ref_info.jsonl to take flights from")
+    for table, (folder, name) in SOURCE_FILES.items():
+        if table == "flights":
+            continue
+        source = find_source_file(reference_dir, table)
+        if source is None:
+            raise DatabaseNotFoundError(f"{reference_dir} lacks {name} (under database/ or database/{folder}/)")
+        target = out_dir / "database" / folder / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    flights_folder, flights_name = SOURCE_FILES["flights"]
+    write_flights_csv(flights_from_ref_info(ref_info), out_dir / "database" / flights_folder / flights_name)
+    return out_dir

@@ -25,20 +25,35 @@ from components.errors import UserError
 
 TABLES = ("flights", "accommodations", "restaurants", "attractions", "distance", "cities")
 
-FLIGHT_COLUMNS = (
-    "Flight Number", "Price", "DepTime", "ArrTime", "ActualElapsedTime", "FlightDate", "OriginCityName",
-    "DestCityName", "Distance",
-)
-ACCOMMODATION_COLUMNS = (
-    "NAME", "price", "room type", "house_rules", "minimum nights", "maximum occupancy", "review rate number", "city",
-)
-RESTAURANT_COLUMNS = ("Name", "Average Cost", "Cuisines", "Aggregate Rating", "City")
-ATTRACTION_COLUMNS = ("Name", "Latitude", "Longitude", "Address", "Phone", "Website", "City")
+TEXT, NUMBER = "text", "number"
+# Every table's columns as the official loader (`pd.read_csv(...).dropna()`) reads them: dates, times, durations and
+# distances stay the text of the file ("2022-03-16", "15:40", "1 hour 5 mins", "1,433 km"); only these are numbers.
+TABLE_SCHEMAS: dict[str, dict[str, str]] = {
+    "flights": {
+        "Flight Number": TEXT, "Price": NUMBER, "DepTime": TEXT, "ArrTime": TEXT, "ActualElapsedTime": TEXT,
+        "FlightDate": TEXT, "OriginCityName": TEXT, "DestCityName": TEXT, "Distance": NUMBER,
+    },
+    "accommodations": {
+        "NAME": TEXT, "price": NUMBER, "room type": TEXT, "house_rules": TEXT, "minimum nights": NUMBER,
+        "maximum occupancy": NUMBER, "review rate number": NUMBER, "city": TEXT,
+    },
+    "restaurants": {"Name": TEXT, "Average Cost": NUMBER, "Cuisines": TEXT, "Aggregate Rating": NUMBER, "City": TEXT},
+    "attractions": {
+        "Name": TEXT, "Latitude": NUMBER, "Longitude": NUMBER, "Address": TEXT, "Phone": TEXT, "Website": TEXT,
+        "City": TEXT,
+    },
+    "distance": {"origin": TEXT, "destination": TEXT, "duration": TEXT, "distance": TEXT},
+    "cities": {"City": TEXT, "State": TEXT},
+}
+FLIGHT_COLUMNS = tuple(TABLE_SCHEMAS["flights"])
+ACCOMMODATION_COLUMNS = tuple(TABLE_SCHEMAS["accommodations"])
+RESTAURANT_COLUMNS = tuple(TABLE_SCHEMAS["restaurants"])
+ATTRACTION_COLUMNS = tuple(TABLE_SCHEMAS["attractions"])
 FLIGHT_DICTIONARY_COLUMNS = (
     "DepTime", "ArrTime", "ActualElapsedTime", "FlightDate", "OriginCityName", "DestCityName",
 )
-DISTANCE_COLUMNS = ("origin", "destination", "duration", "distance")
-CITY_COLUMNS = ("City", "State")
+DISTANCE_COLUMNS = tuple(TABLE_SCHEMAS["distance"])
+CITY_COLUMNS = tuple(TABLE_SCHEMAS["cities"])
 
 # Flight numbers "F" + k digits are packed into one int64: k * 10**17 + digits (k keeps leading zeros).
 _DIGITS_BASE = 10**17
@@ -49,6 +64,40 @@ _DURATION_PART = re.compile(r"(\d+)\s*(day|hour|min)", re.IGNORECASE)
 
 class WorldError(UserError):
     """A world directory is missing, incomplete or holds a table with the wrong columns."""
+
+
+def column_kind(data_type: pa.DataType) -> str | None:
+    """TEXT or NUMBER for an Arrow type (a dictionary takes its values' kind); None for anything else (dates, times)."""
+    if pa.types.is_dictionary(data_type):
+        data_type = data_type.value_type
+    if pa.types.is_string(data_type) or pa.types.is_large_string(data_type):
+        return TEXT
+    if pa.types.is_integer(data_type) or pa.types.is_floating(data_type):
+        return NUMBER
+    return None
+
+
+def schema_problems(schema: pa.Schema, table: str) -> list[str]:
+    """What differs between a table's Arrow schema and `TABLE_SCHEMAS[table]`: one line per column, [] when none."""
+    problems = []
+    for column, kind in TABLE_SCHEMAS[table].items():
+        if column not in schema.names:
+            problems.append(f"column {column!r} is missing")
+            continue
+        found = schema.field(column).type
+        if column_kind(found) != kind and not pa.types.is_null(found):  # null: an empty table's column
+            problems.append(f"column {column!r} is {found}, not {kind} as in the official database")
+    return problems
+
+
+def rebuild_command(directory: str | Path, manifest: Mapping[str, Any]) -> str:
+    """The command that writes this world directory anew, from what its manifest says it was made of."""
+    source = manifest.get("source")
+    if source and source != "synthetic":
+        flights = (manifest.get("params") or {}).get("flights_from_ref_info")
+        extra = f" --flights-from-ref-info {flights}" if flights else ""
+        return f"star world import --source {source} --out {directory}{extra}"
+    return f"star world build --out {directory} (the `world` stage: `dvc repro --force world`)"
 
 
 def parse_km(distance: Any) -> float | None:
@@ -415,6 +464,12 @@ class World:
             raise WorldError(f"world directory {directory} lacks {[m + '.parquet' for m in missing]}; re-create it")
         manifest_path = directory / "manifest.json"
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        for table in TABLES:
+            problems = schema_problems(pq.read_schema(directory / f"{table}.parquet"), table)
+            if problems:
+                raise WorldError(
+                    f"{directory / (table + '.parquet')}: {'; '.join(problems)}. This world was written by an older "
+                    f"importer or another tool; rebuild it: {rebuild_command(directory, manifest)}")
         frames = {t: pq.read_table(directory / f"{t}.parquet") for t in TABLES if t != "flights"}
         frames["flights"] = FlightIndex.from_parquet(directory / "flights.parquet")
         return cls.from_frames(**frames, holdout_states=manifest.get("holdout_states", []), manifest=manifest)

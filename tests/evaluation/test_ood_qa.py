@@ -103,6 +103,26 @@ def test_local_jsonl_and_hugging_face_datasets_load_into_one_shape(tmp_path: Pat
     assert [e["golden_answers"] for e in datasets["bamboogle"]] == [["Y"], ["Y"]]
 
 
+def test_a_local_clone_of_flashrags_release_is_read_through_datasets(tmp_path: Path):
+    """The rows as FlashRAG publishes them (`<config>/<split>.jsonl`: id, question, golden_answers, metadata), read
+    by `datasets` itself, as a user's offline copy is."""
+    clone = tmp_path / "FlashRAG_datasets"
+    (clone / "bamboogle").mkdir(parents=True)
+    rows = [{"id": f"test_{i}", "question": f"Who founded company {i}?", "golden_answers": [f"Founder {i}", "F"],
+             "metadata": {"source": "bamboogle"}} for i in range(3)]
+    (clone / "bamboogle" / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (clone / "bamboogle" / "dev.jsonl").write_text(json.dumps({**rows[0], "id": "dev_0"}) + "\n")
+    params = OODQAParams(datasets=[DatasetParams(name="bamboogle", source="hf", path=str(clone), limit=2)])
+
+    examples = load_datasets(params, tmp_path)["bamboogle"]
+
+    assert [e["id"] for e in examples] == ["test_0", "test_1"]
+    assert examples[1]["golden_answers"] == ["Founder 1", "F"] and examples[0]["dataset"] == "bamboogle"
+    with pytest.raises(UserError, match="is not a folder holding nq/<split>.jsonl"):
+        load_datasets(OODQAParams(datasets=[DatasetParams(name="nq", source="hf", path=str(tmp_path / "no"))]),
+                      tmp_path)
+
+
 def test_a_missing_dataset_file_says_how_to_build_it(tmp_path: Path):
     with pytest.raises(UserError, match="star qa build"):
         load_datasets(OODQAParams(), tmp_path)

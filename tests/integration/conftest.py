@@ -176,3 +176,23 @@ def prefect_server(servers) -> str:
             forget_prefect_services()  # flush logs and events to this server while it still runs
     finally:
         restore(saved)
+
+
+SMOKE_EXPERIMENT = "ui-smoke"
+
+
+@pytest.fixture(scope="package")
+def smoke_project(tmp_path_factory, mlflow_server) -> tuple[Path, dict[str, str]]:
+    """`star preset use smoke && dvc repro` in a fresh copy of the checkout, tracked by the MLflow server in the
+    experiment `ui-smoke` (~6 minutes on 2 cores): once per test session, shared by the MLflow-UI checks, the
+    documented examples and the second-repro check. Returns (the copy, its environment). System metrics are sampled
+    every second: the smoke stages are short."""
+    from project_copy import copy_project, project_environment
+
+    root = copy_project(tmp_path_factory.mktemp("smoke") / "project")
+    env = {**project_environment(root), "MLFLOW_TRACKING_URI": mlflow_server, "STAR_EXPERIMENT": SMOKE_EXPERIMENT,
+           "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "1", "MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING": "1"}
+    for command, timeout in ((["star", "preset", "use", "smoke"], 120), (["dvc", "repro"], 1800)):
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+        assert done.returncode == 0, f"{command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return root, env

@@ -2,14 +2,12 @@
 (artifacts proxied to S3), the way the UI reads it."""
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 import requests
 
-from project_copy import copy_project, project_environment
+from integration.conftest import SMOKE_EXPERIMENT
 
-# the smoke `dvc repro` of the module fixture: ~6 minutes on 2 cores, over the suite's 600 s when others share them
+# the shared smoke `dvc repro` (conftest.py) may start here: ~6 minutes on 2 cores, over the suite's 600 s
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(60 * 60)]
 
 # The stages whose one-point metrics are results (each a bar to compare checkpoints by), not statistics.
@@ -44,17 +42,11 @@ def by_key(entries: list[dict] | None) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def smoke_experiment(tmp_path_factory, mlflow_server):
-    """`star preset use smoke && dvc repro` in a fresh copy of the checkout, tracked by the server (~6 minutes on
-    2 cores). System metrics are sampled every second: the smoke stages are short."""
-    root = copy_project(tmp_path_factory.mktemp("ui") / "project")
-    env = {**project_environment(root), "MLFLOW_TRACKING_URI": mlflow_server, "STAR_EXPERIMENT": "ui-smoke",
-           "MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL": "1", "MLFLOW_SYSTEM_METRICS_SAMPLES_BEFORE_LOGGING": "1"}
-    for command, timeout in ((["star", "preset", "use", "smoke"], 120), (["dvc", "repro"], 1800)):
-        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
-        assert done.returncode == 0, f"{command} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+def smoke_experiment(smoke_project, mlflow_server):
+    """The shared smoke project's experiment (conftest.py: `smoke_project`), its runs read before any other test
+    adds runs of its own."""
     rest = Rest(mlflow_server)
-    experiment = rest.get("experiments/get-by-name", experiment_name="ui-smoke")["experiment"]
+    experiment = rest.get("experiments/get-by-name", experiment_name=SMOKE_EXPERIMENT)["experiment"]
     runs = rest.runs(experiment["experiment_id"])
     return rest, experiment, {run["info"]["run_name"]: run for run in runs}
 

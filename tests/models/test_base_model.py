@@ -95,12 +95,39 @@ def test_random_kind_keeps_the_gguf_architecture_and_tokenizer_with_fewer_layers
 
     summary = write_base(model_params(kind="random", random={"num_layers": 2, "seed": 0}), tmp_path / "base")
     assert (summary["kind"], summary["model_type"], summary["num_layers"]) == ("random", "llama", 2)
-    assert summary["random"] == {"num_layers": 2, "seed": 0} and summary["sha256"]
+    assert summary["random"] == {"num_layers": 2, "seed": 0, "architecture": "source", "hidden_size": 256}
+    assert summary["sha256"]
     assert 30_000_000 < summary["parameters"] < SMOLLM2_PARAMETERS // 3  # mostly the 49,152 x 576 embedding
     model = load_policy_model(tmp_path / "base", device="cpu")
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 576
     text = "<|im_start|>user\nPlan a 3-day trip from Ithaca to Denver.<|im_end|>"
     assert load_tokenizer(tmp_path / "base").encode(text) == smol_tokenizer.encode(text)
+
+
+def test_random_qwen2_5_is_the_real_presets_architecture_over_the_sources_tokenizer(smol_tokenizer, tmp_path):
+    """The rehearsal preset: Qwen2.5's layers (biased q/k/v, tied embeddings, rope theta 1e6), 256 wide."""
+    from components.models.commands import write_base
+    from components.models.loading import load_policy_model, load_tokenizer
+
+    params = model_params(kind="random", random={"num_layers": 2, "architecture": "qwen2.5", "hidden_size": 256})
+    summary = write_base(params, tmp_path / "base")
+    assert (summary["model_type"], summary["num_layers"], summary["vocab_size"]) == ("qwen2", 2, len(smol_tokenizer))
+    model = load_policy_model(tmp_path / "base", device="cpu")
+    config = model.config
+    assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads) == (256, 4, 2)
+    assert config.tie_word_embeddings and model.lm_head.weight is model.model.embed_tokens.weight
+    assert model.model.layers[0].self_attn.q_proj.bias is not None
+    assert config.rope_parameters["rope_theta"] == 1_000_000.0
+    text = "<|im_start|>user\nPlan a 3-day trip from Ithaca to Denver.<|im_end|>"
+    assert load_tokenizer(tmp_path / "base").encode(text) == smol_tokenizer.encode(text)
+
+
+@pytest.mark.parametrize("width", [0, 200])
+def test_a_qwen2_5_width_that_is_not_a_multiple_of_128_is_refused(width):
+    from components.params import ParamsError
+
+    with pytest.raises(ParamsError, match="model.random.hidden_size"):
+        model_params(kind="random", random={"architecture": "qwen2.5", "hidden_size": width})
 
 
 def test_a_local_checkpoint_directory_is_snapshotted(local_checkpoint, smol_tokenizer, tmp_path):

@@ -17,7 +17,7 @@ from components.params import active_preset
 REPO = Path(__file__).resolve().parents[2]
 PRESETS = REPO / "params" / "presets"
 REAL_PRESETS = ("qwen2.5-1.5b", "qwen2.5-3b", "qwen2.5-7b")
-OTHER_PRESETS = (*REAL_PRESETS, "smoke")  # every preset tiny must switch back from
+OTHER_PRESETS = (*REAL_PRESETS, "smoke", "rehearsal")  # every preset tiny must switch back from
 
 
 def tiny_params(dest: Path) -> Path:
@@ -120,6 +120,45 @@ def test_tiny_restores_every_key_another_preset_sets():
         assert missed == [], f"{name} sets keys tiny does not restore: {sorted(missed)}"
 
 
+@pytest.mark.parametrize("name", ("tiny", *OTHER_PRESETS))
+def test_presets_name_no_path_outside_the_repository(name):
+    for key, value in leaves(yaml.safe_load((PRESETS / f"{name}.yaml").read_text())).items():
+        if isinstance(value, str) and "/" in value and "://" not in value:
+            assert not value.startswith(("/", "~", "..")) and "/../" not in value, f"{name}: {key}: {value}"
+
+
+def test_real_presets_read_the_database_from_the_project(tmp_path):
+    for name in REAL_PRESETS:
+        assert yaml.safe_load((PRESETS / f"{name}.yaml").read_text())["world"]["source"] == "data/travelplanner"
+
+
+# What the rehearsal changes of the qwen2.5-1.5b preset: budgets and episode limits (scaled down), and what a CPU has
+# instead (a random model of the same architecture, the expert teacher, no DeepSpeed, float32, FSDP2 over gloo).
+REHEARSAL_SCALED = {
+    "queries.sizes.rl", "rl.max_steps", "rl.num_generations", "rl.arpo.budget", "rl.arpo.initial_rollouts",
+    "rl.eval.every", "rl.eval.max_queries", "rl.rollout.max_turns", "rl.rollout.max_tokens_per_turn",
+    "rl.rollout.max_context_tokens", "sft.max_steps", "sft.eval_every", "sft.eval_records",
+    "validate.limits.max_turns", "validate.limits.max_tokens_per_turn", "validate.limits.max_context_tokens",
+}
+REHEARSAL_CPU = {
+    "model.source", "teacher.kind", "teacher.endpoint.base_url", "teacher.endpoint.model",
+    "teacher.endpoint.api_key_env", "sft.distributed.strategy", "sft.distributed.zero_stage", "sft.dtype",
+    "sft.max_minutes", "rl.max_minutes", "rl.distributed.strategy",
+}
+
+
+def test_the_rehearsal_is_the_1_5b_preset_with_budgets_scaled_down_and_cpu_substitutes():
+    real = leaves(yaml.safe_load((PRESETS / "qwen2.5-1.5b.yaml").read_text()))
+    rehearsal = leaves(yaml.safe_load((PRESETS / "rehearsal.yaml").read_text()))
+    changed = {key for key, value in real.items() if rehearsal.get(key, MISSING) != value}
+    assert changed == REHEARSAL_SCALED | REHEARSAL_CPU
+    for key in REHEARSAL_SCALED:
+        if real[key] is not None:
+            assert 0 < rehearsal[key] <= real[key], key
+    assert rehearsal["world.source"] == "data/travelplanner" and rehearsal["world.prompt_style"] == "full"
+    assert rehearsal["model.random.architecture"] == "qwen2.5" and rehearsal["rl.distributed.strategy"] == "fsdp2"
+
+
 def test_real_presets_follow_the_paper_recipe():
     for name, epochs in (("qwen2.5-1.5b", 6), ("qwen2.5-3b", 4), ("qwen2.5-7b", 4)):
         preset = yaml.safe_load((PRESETS / f"{name}.yaml").read_text())
@@ -127,6 +166,8 @@ def test_real_presets_follow_the_paper_recipe():
         assert preset["sft"]["batch_size"] == 4 and preset["sft"]["cutoff_len"] == 20480
         assert preset["rl"]["epochs"] == 5 and preset["rl"]["num_generations"] == 8
         assert preset["queries"]["sizes"]["rl"] == 1000
+        # the filter keeps what the teacher writes: 7-day expert trajectories take up to 56 turns (the rehearsal)
+        assert preset["filter"]["max_turns"] == preset["rl"]["rollout"]["max_turns"] == 60
     assert yaml.safe_load((PRESETS / "qwen2.5-7b.yaml").read_text())["rl"]["reward"]["kind"] == "sum"
     assert yaml.safe_load((PRESETS / "qwen2.5-1.5b.yaml").read_text())["rl"]["algorithm"] == "arpo"
 

@@ -1,6 +1,7 @@
 """Importing the real database: both layouts, the official load rules, flights from reference information."""
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -65,3 +66,17 @@ def test_flights_from_ref_info_keeps_each_flight_once(shared_data):
 def test_a_folder_without_a_database_says_what_is_missing(tmp_path):
     with pytest.raises(DatabaseNotFoundError, match="clean_accommodations_2022.csv"):
         import_database(tmp_path, tmp_path / "out")
+
+
+def test_a_missing_database_says_where_the_official_one_is_published(tmp_path, monkeypatch, capsys):
+    from components.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    Path("params").mkdir()
+    Path("params/world.yaml").write_text("world:\n  source: data/travelplanner\n  prompt_style: full\n")
+    assert main(["world", "build", "--params", "params/world.yaml", "--out", "data/world"]) == 1
+    error = capsys.readouterr().err
+    assert "world.source='data/travelplanner'" in error
+    assert "github.com/OSU-NLP-Group/TravelPlanner" in error
+    assert "data/travelplanner/database/flights/clean_Flights_2022.csv" in error and "docs/operations.md" in error
+    assert not Path("data/world").exists()

@@ -1,20 +1,23 @@
-"""One RL update on a fixed global batch, in a data-parallel world or in one process (tests/training/rl/
-test_rl_distributed.py runs it both ways and compares the weights).
+"""RL updates on a fixed global batch, in a data-parallel world or in one process (tests/training/rl/
+test_rl_distributed.py and test_rl_fsdp2.py run it both ways and compare the weights).
 
-    python -m torch.distributed.run --nproc_per_node 2 tests/training/rl/dp_update.py MODEL_DIR ALGORITHM OUT [KNOBS]
+    python -m torch.distributed.run --nproc_per_node 2 tests/training/rl/dp_update.py MODEL_DIR OUT_DIR CASES
 
-KNOBS is JSON of rl params; its `distributed` entries (e.g. {"strategy": "fsdp2"}) join the world's process count,
-and `rank_groups` (a list of query indices per rank) replaces the even split with an uneven one.
+CASES is a JSON list of [ALGORITHM, KNOBS] pairs, run one after the other in the same world (one world's start-up
+for every case); KNOBS is JSON of rl params: its `distributed` entries (e.g. {"strategy": "fsdp2"}) join the world's
+process count, and `rank_groups` (a list of query indices per rank) replaces the even split with an uneven one.
 
 The batch: 4 queries x G=4 trajectories of random tokens over a tiny vocabulary, with prompts, tool responses (loss
 mask 0) and rewards (one group tied), the same on every rank; rank r trains on queries r, r + N, ... (whole groups),
-as `star rl` shards a step. Rank 0 writes the updated weights to OUT (safetensors).
+as `star rl` shards a step. Rank 0 writes case i's updated weights to OUT_DIR/i.safetensors (safetensors), and for
+a sharded model what the weight sync puts into a rollout engine's copy to OUT_DIR/i.synced.safetensors.
 """
 from __future__ import annotations
 
 import json
 import random
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -86,22 +89,16 @@ def trained(model_dir: str, algorithm: str, knobs: dict, ranks):
     return optimizer
 
 
-def main() -> None:
+def write_case(model_dir: str, algorithm: str, knobs: dict, ranks, out: Path) -> None:
+    """One case's update, written by rank 0 (every rank takes part in gathering a sharded model)."""
     from safetensors.torch import save_file
 
-    from components.training.rl.distributed import init_ranks, launched_world_size
-
-    torch.set_num_threads(1)
-    model_dir, algorithm, out = sys.argv[1:4]
-    knobs = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    ranks = init_ranks("cpu", launched_world_size())
     optimizer = trained(model_dir, algorithm, knobs, ranks)
     names = [name for name, _ in optimizer.unwrap().named_parameters()]
-    # a sharded model is gathered first (every rank takes part); a replica is whole on every rank
     weights = optimizer.full_state_dict() if optimizer.sharded else dict(optimizer.unwrap().named_parameters())
     if ranks.main:
-        save_file({name: weights[name].detach().contiguous() for name in names}, out)
-    if optimizer.sharded:  # and what the weight sync puts into a rollout engine's own copy: OUT's stem + .synced
+        save_file({name: weights[name].detach().contiguous() for name in names}, str(out))
+    if optimizer.sharded:  # and what the weight sync puts into a rollout engine's own copy
         from transformers import AutoModelForCausalLM
 
         from components.training.rl.weight_sync import ModuleWeightSync
@@ -110,7 +107,18 @@ def main() -> None:
         assert ModuleWeightSync(engine_copy).push(optimizer.unwrap()) == len(names)
         if ranks.main:
             save_file({k: v.detach().contiguous() for k, v in engine_copy.named_parameters()},
-                      out.removesuffix(".safetensors") + ".synced.safetensors")
+                      str(out.with_suffix(".synced.safetensors")))
+
+
+def main() -> None:
+    from components.training.rl.distributed import init_ranks, launched_world_size
+
+    torch.set_num_threads(1)
+    model_dir, out_dir, cases = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
+    ranks = init_ranks("cpu", launched_world_size())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for i, (algorithm, knobs) in enumerate(cases):
+        write_case(model_dir, algorithm, knobs, ranks, out_dir / f"{i}.safetensors")
     torch.distributed.destroy_process_group()
 
 

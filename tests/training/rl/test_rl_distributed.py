@@ -69,14 +69,25 @@ CASES = [("grpo", {}), ("dr_grpo", {}), ("dapo", {}), ("arpo", {}),
          ("grpo", {"mini_batch_size": 8, "num_iterations": 2, "micro_batch_size": 3})]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("algorithm, knobs", CASES, ids=[f"{a}{'-' + '-'.join(k) if k else ''}" for a, k in CASES])
-def test_two_processes_make_the_one_process_update(algorithm, knobs, qwen2_dir, tmp_path):
-    out = tmp_path / "two.safetensors"
+def two_process_updates(model_dir: Path, cases: list, out_dir: Path) -> list[Path]:
+    """Every case's update in one two-process world (dp_update.py); the weights file of each case."""
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(WORKER), str(qwen2_dir), algorithm, str(out), json.dumps(knobs)],
-                          env=worker_env(), capture_output=True, text=True, timeout=300)
+                           str(WORKER), str(model_dir), str(out_dir), json.dumps(cases)],
+                          env=worker_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    return [out_dir / f"{i}.safetensors" for i in range(len(cases))]
+
+
+@pytest.fixture(scope="module")
+def data_parallel_updates(qwen2_dir, tmp_path_factory) -> list[Path]:
+    return two_process_updates(qwen2_dir, CASES, tmp_path_factory.mktemp("data_parallel"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", range(len(CASES)), ids=[f"{a}{'-' + '-'.join(k) if k else ''}" for a, k in CASES])
+def test_two_processes_make_the_one_process_update(case, data_parallel_updates, qwen2_dir):
+    algorithm, knobs = CASES[case]
+    out = data_parallel_updates[case]
     reference = one_process_weights(qwen2_dir, algorithm, knobs)
     assert max_difference(out, reference) <= 1e-5
     assert max_difference(out, start_weights(qwen2_dir)) > 1e-4  # the step moved the weights
@@ -93,16 +104,15 @@ def start_weights(model_dir: Path) -> dict[str, torch.Tensor]:
 def test_two_nodes_rendezvousing_on_localhost_make_the_one_process_update(qwen2_dir, tmp_path):
     """The multi-node path on one machine: two torchrun launchers, `--nnodes 2`, one process each, a c10d
     rendezvous on 127.0.0.1 (what each node of a cluster runs, with the first node's address)."""
-    out = tmp_path / "nodes.safetensors"
     endpoint = f"127.0.0.1:{free_port()}"
     launchers = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
          "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "star-rl-test", "--node-rank", str(node),
-         str(WORKER), str(qwen2_dir), "grpo", str(out)],
+         str(WORKER), str(qwen2_dir), str(tmp_path), json.dumps([["grpo", {}]])],
         env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in (0, 1)]
     logs = [launcher.communicate(timeout=300)[0] for launcher in launchers]
     assert [launcher.returncode for launcher in launchers] == [0, 0], "\n".join(log[-2000:] for log in logs)
-    assert max_difference(out, one_process_weights(qwen2_dir, "grpo", {})) <= 1e-5
+    assert max_difference(tmp_path / "0.safetensors", one_process_weights(qwen2_dir, "grpo", {})) <= 1e-5
 
 
 def star_rl(tmp_path: Path, run_dir: Path, max_steps: int, model: Path, world: Path, queries: Path):

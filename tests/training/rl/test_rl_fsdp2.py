@@ -22,11 +22,11 @@ import torch
 
 from training.rl.test_rl_distributed import (  # noqa: F401 (qwen2_dir is a fixture)
     REPO,
-    WORKER,
     max_difference,
     one_process_weights,
     qwen2_dir,
     start_weights,
+    two_process_updates,
     worker_env,
 )
 
@@ -37,20 +37,23 @@ CASES = [("grpo", {}), ("dr_grpo", {}), ("dapo", {}), ("arpo", {}),
          ("grpo", {"distributed": {"gradient_checkpointing": True}})]
 
 
-def two_process_update(model_dir: Path, algorithm: str, knobs: dict, out: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                           str(WORKER), str(model_dir), algorithm, str(out), json.dumps(knobs)],
-                          env=worker_env(), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+def sharded(knobs: dict) -> dict:
+    return {**knobs, "distributed": {**knobs.get("distributed", {}), "strategy": "fsdp2"}}
+
+
+@pytest.fixture(scope="module")
+def sharded_updates(qwen2_dir, tmp_path_factory) -> list[Path]:
+    """Every case's sharded update in one two-process world."""
+    cases = [[algorithm, sharded(knobs)] for algorithm, knobs in CASES]
+    return two_process_updates(qwen2_dir, cases, tmp_path_factory.mktemp("fsdp2"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm, knobs", CASES,
+@pytest.mark.parametrize("case", range(len(CASES)),
                          ids=["grpo", "dr_grpo", "dapo", "arpo", "grpo-uneven", "grpo-gradient_checkpointing"])
-def test_two_sharded_processes_make_the_one_process_update(algorithm, knobs, qwen2_dir, tmp_path):
-    out = tmp_path / "fsdp2.safetensors"
-    sharded = {**knobs, "distributed": {**knobs.get("distributed", {}), "strategy": "fsdp2"}}
-    two_process_update(qwen2_dir, algorithm, sharded, out)
+def test_two_sharded_processes_make_the_one_process_update(case, sharded_updates, qwen2_dir):
+    algorithm, knobs = CASES[case]
+    out = sharded_updates[case]
     reference = one_process_weights(qwen2_dir, algorithm, {k: v for k, v in knobs.items()
                                                            if k not in ("rank_groups", "distributed")})
     difference = max_difference(out, reference)
@@ -58,7 +61,7 @@ def test_two_sharded_processes_make_the_one_process_update(algorithm, knobs, qwe
     assert difference <= 1e-5
     assert max_difference(out, start_weights(qwen2_dir)) > 1e-4  # the step moved the weights
     # the weight sync fills a rollout engine's own copy, parameter by parameter from the shards, with those weights
-    assert max_difference(tmp_path / "fsdp2.synced.safetensors", reference) <= 1e-5
+    assert max_difference(out.with_suffix(".synced.safetensors"), reference) <= 1e-5
 
 
 def test_an_idle_pass_adds_nothing_to_the_gradients(qwen2_dir):
