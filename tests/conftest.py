@@ -1,9 +1,19 @@
 """Shared test fixtures: the real TravelPlanner data (skipped when absent) and a tiny synthetic world."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+from components.agent.engine_client import ENGINE_PYTHON_VAR, engine_python
+
+# The rollout engine environment of this checkout (None: there is none), for the tests that start the real vLLM
+# engine, once per session (tests/agent/test_engine.py). Every other test, and every stage a test runs in a
+# subprocess, resolves `backend: auto` to transformers: a stage starting an engine process of its own would add
+# 15-25 s to each such test.
+ENGINE_PYTHON = engine_python()
+os.environ[ENGINE_PYTHON_VAR] = "none"
 
 SHARED_DATA = Path(__file__).resolve().parents[1] / "../shared/data/travelplanner"
 
@@ -57,6 +67,14 @@ def tiny_world(tiny_world_dir: Path):
     from components.travel.world import World
 
     return World.load(tiny_world_dir)
+
+
+@pytest.fixture(scope="session")
+def engine_python() -> Path:
+    """The interpreter of this checkout's rollout engine environment; skips the test where there is none."""
+    if ENGINE_PYTHON is None:
+        pytest.skip("no rollout engine environment (.venv-engine): ./scripts/bootstrap.sh builds it")
+    return ENGINE_PYTHON
 
 
 @pytest.fixture

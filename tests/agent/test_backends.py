@@ -1,7 +1,6 @@
-"""One backend choice for RL and evaluation: vLLM on a GPU when installed, transformers otherwise."""
+"""One backend choice for RL and evaluation: the vLLM engine where its environment exists, transformers otherwise."""
 import pytest
 
-from components.agent import backends
 from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
 
 
@@ -15,12 +14,16 @@ class ChatTokenizer:
         return {"<|im_end|>": 1}.get(token, self.unk_token_id)
 
 
-def test_auto_is_transformers_without_a_gpu_or_without_vllm(monkeypatch):
-    monkeypatch.setattr(backends, "vllm_available", lambda: True)
-    assert resolve_backend("auto", "cpu") == "hf"
-    assert resolve_backend("auto", "cuda:0") == "vllm"
-    monkeypatch.setattr(backends, "vllm_available", lambda: False)
+def test_auto_is_the_engine_where_its_environment_exists_and_says_so(monkeypatch, tmp_path, capsys):
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text("")
+    monkeypatch.setenv("STAR_ENGINE_PYTHON", str(python))
+    assert resolve_backend("auto", "cpu") == "vllm"
+    assert f"backend auto -> vllm (the engine environment {python})" in capsys.readouterr().err
+    monkeypatch.setenv("STAR_ENGINE_PYTHON", "none")
     assert resolve_backend("auto", "cuda") == "hf"
+    assert "backend auto -> hf (no engine environment" in capsys.readouterr().err
 
 
 def test_a_named_backend_is_kept_and_an_unknown_one_is_refused():
@@ -50,8 +53,11 @@ def test_transformers_loads_the_checkpoint_when_no_model_is_given(monkeypatch):
     assert loaded == [("models/rl", "float32", "cpu")] and policy.greedy
 
 
-def test_vllm_loads_the_checkpoint_into_its_own_engine_with_the_sampling_params(monkeypatch):
+def test_vllm_loads_the_checkpoint_into_its_own_engine_with_the_sampling_params(monkeypatch, tmp_path):
+    import json
+
     import components.agent.vllm_backend as vllm_backend
+    from components.agent.engine_client import EngineOptions
 
     class RecordingVLLMPolicy:
         def __init__(self, model, **kwargs):
@@ -62,5 +68,9 @@ def test_vllm_loads_the_checkpoint_into_its_own_engine_with_the_sampling_params(
     policy = checkpoint_policy("models/sft", "tokenizer", sampling, backend="vllm", model=object())
     assert policy.model == "models/sft"
     assert policy.kwargs == {"tokenizer": "tokenizer", "temperature": 1.0, "top_p": 1.0, "greedy": False, "seed": 2,
-                             "dtype": "bfloat16", "max_model_len": 8192, "gpu_memory_utilization": 0.4,
-                             "sleep_mode": False}
+                             "options": EngineOptions(dtype="bfloat16", seed=2, max_model_len=8192,
+                                                      gpu_memory_utilization=0.4, sleep_mode="auto")}
+    # dtype auto: the checkpoint's own (vLLM's auto would run a float32 checkpoint in bfloat16)
+    (tmp_path / "config.json").write_text(json.dumps({"dtype": "float32"}))
+    policy = checkpoint_policy(tmp_path, "tokenizer", Sampling(), backend="vllm")
+    assert policy.kwargs["options"].dtype == "float32"

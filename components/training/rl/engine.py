@@ -8,9 +8,9 @@ Two ways to roll out, one loop:
   round, so that an episode can be copied right after a tool response (prefix ids, masks, logprobs, counters,
   messages and environment state) and branch.
 
-Backends: transformers (`HFPolicy`, CPU and small GPU runs; the engine samples with the very model being trained,
-so no weight sync is needed) or vLLM on a GPU (`components.agent.vllm_backend.VLLMPolicy` on a colocated engine, weights
-pushed after every update by `weight_sync.VLLMWeightSync`).
+Backends: transformers (`HFPolicy`; the engine samples with the very model being trained, so no weight sync is
+needed) or vLLM (`components.agent.vllm_backend.VLLMPolicy`: the rollout engine process, on CPU or GPU, its weights
+pushed after every update by `weight_sync.EngineWeightSync`).
 Token-in/token-out: ids are never re-derived from the rendered chat.
 
 What an episode is, how it is evaluated and which large objects its copies share come from the task source
@@ -28,9 +28,9 @@ from components.agent.environment import TaskSource
 from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
 from components.agent.hf import HFPolicy
 from components.agent.types import TurnResult
-from components.agent.vllm_backend import VLLMPolicy  # imports vllm itself only when an engine is built
+from components.agent.engine_client import require_engine_python
+from components.agent.vllm_backend import VLLMPolicy
 from components.training.rl.arpo import TurnInfo, segment_entropy
-from components.training.rl.optim import require_gpu_extra
 
 
 def turn_entropies(result: TurnResult) -> list[float]:
@@ -156,14 +156,15 @@ class RolloutEngine:
 
 # ---- backends ------------------------------------------------------------------------------------------------
 
-def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
-    """The rollout policy for `rollout.backend` (RolloutParams): HFPolicy sampling from `model` itself, or a
-    colocated vLLM engine loaded from `model_dir` whose weights the trainer pushes after each update."""
+def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str, dtype: str = "auto"):
+    """The rollout policy for `rollout.backend` (RolloutParams): HFPolicy sampling from `model` itself, or the vLLM
+    engine process loaded from `model_dir` in `dtype` (auto: the checkpoint's own), whose weights the trainer pushes
+    after each update."""
     backend = resolve_backend(rollout.backend, device)
     if backend == "vllm":
-        require_gpu_extra("vllm", "rl.rollout.backend: vllm")
+        require_engine_python()  # (chunk_tokens is the transformers backend's; vLLM batches continuously)
     sampling = Sampling(temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
-                        max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens, dtype="bfloat16",
+                        max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens, dtype=dtype,
                         gpu_memory_utilization=rollout.gpu_memory_utilization,
                         max_model_len=rollout.max_context_tokens, sleep_mode=rollout.release_engine_memory)
     return checkpoint_policy(model_dir, tokenizer, sampling, backend=backend, device=device, model=model)
@@ -172,12 +173,11 @@ def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str):
 def greedy_policy(policy):
     """The rollout policy's greedy twin over the same weights, for evaluation during training: transformers decodes
     with the very model being trained, vLLM with the same (weight-synced) engine. Built fresh for each evaluation so
-    that its key/value caches go with it."""
+    that its key/value caches go with it (the engine's prefix cache is the engine's)."""
     if isinstance(policy, HFPolicy):
         return HFPolicy(policy.model, policy.tokenizer, greedy=True, seed=policy.seed,
                         max_batch_size=policy.max_batch_size, reuse_cache=policy.reuse_cache,
                         chunk_tokens=policy.chunk_tokens)
-    llm = getattr(policy, "llm", None)
-    if llm is not None:
-        return VLLMPolicy("", tokenizer=policy.tokenizer, greedy=True, seed=policy.seed, llm=llm)
+    if isinstance(policy, VLLMPolicy):
+        return policy.twin(greedy=True)
     raise TypeError(f"no greedy twin for a {type(policy).__name__} rollout policy (transformers or vLLM only)")

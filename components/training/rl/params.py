@@ -119,8 +119,9 @@ class RolloutParams(LimitsParams, DecoderParams):
     max_batch_size: int | None = None  # split a turn's generate call into batches of at most this many episodes
     gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # vLLM, colocated with the trainer
     # vLLM: the engine sleeps through each update (KV cache freed, weights offloaded to CPU) and wakes for the weight
-    # sync, as verl's hybrid engine does, so that training gets the GPU memory the rollouts used
-    release_engine_memory: bool = True
+    # sync, as verl's hybrid engine does, so that training gets the GPU memory the rollouts used. auto: where vLLM
+    # has sleep mode (a GPU); true on a CPU engine is refused (vLLM's CPU worker has no sleep mode)
+    release_engine_memory: bool | Literal["auto"] = "auto"
 
 
 class EnvParams(Params):

@@ -55,7 +55,7 @@ from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, bu
 from components.training.rl.params import RLParams
 from components.training.rl.rewards import TrajectoryReward, trajectory_reward
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
-from components.training.rl.weight_sync import ModuleWeightSync, NoWeightSync, VLLMWeightSync, build_weight_sync
+from components.training.rl.weight_sync import EngineWeightSync, ModuleWeightSync, NoWeightSync, build_weight_sync
 
 if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -314,7 +314,7 @@ class Parts:
     tokenizer: PreTrainedTokenizerBase
     optimizer: TorchOptimizer | AccelerateOptimizer | FSDPOptimizer  # holds the trained model (FSDP: its shards)
     engine: RolloutEngine
-    sync: NoWeightSync | VLLMWeightSync | ModuleWeightSync
+    sync: NoWeightSync | EngineWeightSync | ModuleWeightSync
     ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)
     update_config: UpdateConfig
     pad_id: int
@@ -359,7 +359,8 @@ def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Pat
     engine_source = paths.model if adapters is not None or sharded else source
     sampler = load_policy_model(paths.model, dtype=params.dtype, device=device).eval() if sharded \
         else optimizer.unwrap()
-    policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device)
+    policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device,
+                          dtype=str(compute_dtype).removeprefix("torch."))  # vLLM: the trainer's compute dtype
     limits = params.rollout.to_limits()
     engine = RolloutEngine(policy, tokenizer, tasks, limits, seed=seed, entropy_tokens=params.arpo.entropy_tokens)
     config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
@@ -371,7 +372,8 @@ def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Pat
                           entropy_clipping=params.aepo.enabled and params.aepo.entropy_clipping,
                           entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0,
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
-                          tis_cap=params.tis_cap)
+                          tis_cap=params.tis_cap,
+                          mismatch_every_step=getattr(policy, "engine", None) is not None)  # vLLM's own engine
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     sync = build_weight_sync(policy, own_copy=True) if sharded else build_weight_sync(policy)
     if adapters is not None and source != paths.model:
@@ -665,6 +667,16 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     a resumed run is tagged with the run it continues.
     """
     run = start_run(params, paths, tag, run_id)
+    try:
+        return run_steps(run, params, paths, log, progress_bar)
+    finally:
+        close = getattr(run.parts.engine.policy, "close", None)
+        if close is not None:
+            close()  # the vLLM engine process (the transformers backend has nothing to stop)
+
+
+def run_steps(run: TrainingRun, params: RLParams, paths: RLPaths, log: LogFn, progress_bar: bool) -> dict:
+    """`train`'s steps from where `run` starts, then the end of the run (`finish_run`)."""
     engine, ranks = run.parts.engine, run.parts.ranks
     if run.held_out is not None and run.resumed_from == 0:
         log(evaluate_step(run, paths, 0), 0)  # the start model

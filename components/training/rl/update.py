@@ -222,6 +222,8 @@ class UpdateConfig:
     entropy_advantage_coef: float = 0.0  # AEPO: a of the entropy-aware advantage (0: plain advantages)
     autocast_dtype: torch.dtype | None = None  # compute in bf16/fp16 over float32 master weights (None: as stored)
     tis_cap: float | None = None  # truncated importance sampling of the sampler/trainer mismatch (None: off)
+    mismatch_every_step: bool = False  # also measure the sampler/trainer mismatch on a step with no optimizer step
+    # (rollouts from a separate engine, vLLM's: its log-probs can drift from the trainer's; an extra no-grad pass)
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -246,6 +248,25 @@ def sampler_mismatch(trainer: torch.Tensor, sampler: torch.Tensor, known: torch.
     delta = (trainer.detach() - sampler) * known
     return {"logprob_mismatch": masked_mean(delta.abs(), known).item(),
             "sampler_kl": masked_mean(torch.exp(delta) - delta - 1.0, known).item()}
+
+
+@torch.no_grad()
+def idle_mismatch(model, rollouts: Sequence[Rollout], config: UpdateConfig, pad_id: int,
+                  ranks: Ranks = SINGLE) -> dict[str, float]:
+    """`sampler_mismatch` of a step that takes no optimizer step, from a no-grad pass of the trainer over the
+    step's rollouts (every rank's trained tokens with a sampler log-prob)."""
+    trainer = fill_logprobs(model, rollouts, config.micro_batch_size, pad_id, config.temperature, overwrite=False,
+                            autocast_dtype=config.autocast_dtype, ranks=ranks)
+    absolute = kl = count = 0.0
+    for rollout, row in zip(rollouts, trainer):
+        if rollout.sampler_logprobs is None:
+            continue
+        for trained, ours, theirs in zip(rollout.loss_mask, row, rollout.sampler_logprobs):
+            if trained:
+                delta = ours - theirs
+                absolute, kl, count = absolute + abs(delta), kl + math.expm1(delta) - delta, count + 1
+    absolute, kl, count = (sum(values) for values in zip(*ranks.gather((absolute, kl, count))))
+    return {"logprob_mismatch": absolute / count, "sampler_kl": kl / count} if count else {}
 
 
 def truncated_importance_weights(trainer: torch.Tensor, sampler: torch.Tensor, known: torch.Tensor,
@@ -350,7 +371,8 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
         # Every group tied (e.g. MACRO or SUCCESS rewards that no rollout earns): the policy gradient is exactly zero,
         # and an optimizer step would still move the weights on Adam's momentum from earlier steps (measured: a
         # CURRICULUM run whose reward turned all-zero kept drifting and lost a fifth of its delivered plans).
-        return {"optimizer_steps": 0}
+        return {"optimizer_steps": 0, **(idle_mismatch(model, rollouts, config, pad_id, ranks)
+                                         if config.mismatch_every_step else {})}
     needs_old = config.recompute_old_logprobs or any(r.old_logprobs is None for r in rollouts)
     # One optimizer step over all rollouts: every micro-batch's forward runs on the weights that define pi_old, so
     # pi_old is the detached current log-probability (r_t = 1 exactly, the gradient A_t grad log pi) and the extra

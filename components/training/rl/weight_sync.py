@@ -1,18 +1,18 @@
 """WeightSync: keep the rollout engine's weights equal to the trainer's after every update.
 
 - transformers rollouts (CPU, tests): the engine samples with the trained model object itself: nothing to do.
-- vLLM rollouts (GPU, colocated): after each update, stream the trainer's parameters into the vLLM model with
-  `load_weights` (gathered first under DeepSpeed ZeRO-3, where each rank holds a shard) and reset the prefix cache,
-  whose cached keys/values were computed with the old weights. Pin the vLLM version in the [gpu] extra: the path to
-  the model inside the engine is not a stable API.
+- vLLM rollouts (the engine process, CPU or GPU): after each update, the trainer's parameters (gathered first under
+  DeepSpeed ZeRO-3, where each rank holds a shard) go to the engine as one safetensors file on tmpfs, which it loads
+  through vLLM's in-place reload (`reload_weights`), re-tying a tied output layer, then resets its prefix cache,
+  whose keys and values were computed with the old weights (components/agent/engine_server.py).
 - a sharded trainer (`rl.distributed.strategy: fsdp2`): the engine holds its own full copy of the weights (vLLM's,
   or with transformers rollouts a model of its own, `ModuleWeightSync`); each parameter is gathered from the ranks'
-  shards (`full_tensor`, a collective: every rank pushes) and copied in before the next one is gathered, so the whole
-  trained model is never gathered at once.
+  shards (`full_tensor`, a collective: every rank pushes) one at a time. `ModuleWeightSync` copies each in before
+  the next is gathered; the engine's push collects them into the file it hands over, in host memory.
 - between the phases (`release`, before each update): a vLLM engine built with sleep mode
-  (`rl.rollout.release_engine_memory`) sleeps at level 1 (KV cache freed, weights offloaded to CPU) so that the
-  update has the GPU memory the rollouts used; the next push wakes its weights, loads the new ones, then wakes the
-  KV cache, the order of verl's hybrid engine. The other syncs hold no engine memory to release.
+  (`rl.rollout.release_engine_memory`, auto: on a GPU; vLLM's CPU worker has none) sleeps at level 1 (KV cache
+  freed, weights offloaded to CPU) so that the update has the GPU memory the rollouts used; the next push wakes its
+  weights, loads the new ones, then wakes the KV cache, the order of verl's hybrid engine. The other syncs hold no engine memory to release.
 """
 from __future__ import annotations
 
@@ -78,60 +78,40 @@ def gathered_parameters(model) -> Iterator[tuple[str, object]]:
             yield name, param.data.full_tensor() if isinstance(param.data, DTensor) else param.data
 
 
-def vllm_inner_model(llm):
-    """The torch module inside a colocated vLLM engine (V0 and V1 single-process layouts)."""
-    executor = llm.llm_engine.model_executor
-    worker = getattr(executor, "driver_worker", None)
-    for path in (("model_runner", "model"), ("worker", "model_runner", "model")):
-        node = worker
-        for attr in path:
-            node = getattr(node, attr, None)
-        if node is not None:
-            return node
-    raise RuntimeError(
-        "cannot reach the model inside this vLLM engine to load weights: use the vLLM version pinned in the [gpu] "
-        "extra, colocated in one process (VLLM_ENABLE_V1_MULTIPROCESSING=0)"
-    )
+class EngineWeightSync:
+    """Push trainer weights into the vLLM rollout engine process (`VLLMPolicy.engine`, components/agent/
+    engine_client.py); an engine built in sleep mode sleeps between the phases."""
 
-
-class VLLMWeightSync:
-    """Push trainer weights into a colocated vLLM engine (`VLLMPolicy.llm`); with `sleeps` (an engine built in sleep
-    mode) put it to sleep between the phases."""
-
-    def __init__(self, llm, sleeps: bool = False):
-        self.llm = llm
-        self.sleeps = sleeps
+    def __init__(self, engine):
+        self.engine = engine
+        self.sleeps = engine.sleeps
         self.asleep = False
         self.pushes = 0
 
     def release(self) -> None:
-        """Before an update: the engine sleeps (level 1: KV cache freed, weights offloaded to CPU)."""
+        """Before an update: the engine sleeps (level 1: KV cache freed, weights offloaded to CPU) where it can."""
         if self.sleeps and not self.asleep:
-            self.llm.sleep(level=1)
+            self.engine.sleep(level=1)
             self.asleep = True
 
     def push(self, model) -> int:
-        """Load every parameter into vLLM (its weights woken first, its KV cache after); return the number of
+        """Send every parameter (gathered, LoRA merged) to the engine, which loads them through vLLM's reload path
+        and resets its prefix cache; its weights are woken first and its KV cache after. Returns the number of
         tensors sent."""
         if self.asleep:
-            self.llm.wake_up(tags=["weights"])
-        inner = vllm_inner_model(self.llm)
-        sent = 0
-        for name, tensor in gathered_parameters(model):
-            inner.load_weights([(name, tensor)])
-            sent += 1
+            self.engine.wake_up(tags=["weights"])
+        sent = self.engine.push_weights(gathered_parameters(model))
         if self.asleep:
-            self.llm.wake_up(tags=["kv_cache"])
+            self.engine.wake_up(tags=["kv_cache"])
             self.asleep = False
-        self.llm.reset_prefix_cache()
         self.pushes += 1
         return sent
 
 
 def build_weight_sync(policy, own_copy: bool = False):
-    """VLLMWeightSync for a vLLM policy; for a transformers policy, ModuleWeightSync into its model when it samples
+    """EngineWeightSync for a vLLM policy; for a transformers policy, ModuleWeightSync into its model when it samples
     with a copy of its own (`own_copy`: a sharded trainer), else NoWeightSync."""
-    llm = getattr(policy, "llm", None)
-    if llm is not None:
-        return VLLMWeightSync(llm, sleeps=getattr(policy, "sleep_mode", False))
+    engine = getattr(policy, "engine", None)
+    if engine is not None:
+        return EngineWeightSync(engine)
     return ModuleWeightSync(policy.model) if own_copy else NoWeightSync()

@@ -119,19 +119,19 @@ def test_the_greedy_twin_decodes_with_the_rollout_policys_own_model(tiny_model_d
         greedy_policy(object())
 
 
-def test_the_greedy_twin_of_vllm_rollouts_decodes_on_the_same_weight_synced_engine(tiny_model_dir, monkeypatch):
-    import sys
-    from types import ModuleType, SimpleNamespace
+def test_the_greedy_twin_of_vllm_rollouts_decodes_on_the_same_weight_synced_engine(tiny_model_dir):
+    from types import SimpleNamespace
 
+    from components.agent.engine_client import EngineOptions
     from components.agent.vllm_backend import VLLMPolicy
     from components.models.loading import load_tokenizer
     from components.training.rl.engine import greedy_policy
 
-    monkeypatch.setitem(sys.modules, "vllm", ModuleType("vllm"))  # never asked to build an engine: one is passed
-    engine = SimpleNamespace()
-    sampler = VLLMPolicy("models/sft", tokenizer=load_tokenizer(tiny_model_dir), temperature=1.0, llm=engine)
+    engine = SimpleNamespace(options=EngineOptions())  # passed in: no engine process is started
+    sampler = VLLMPolicy("models/sft", tokenizer=load_tokenizer(tiny_model_dir), temperature=1.0, engine=engine)
     twin = greedy_policy(sampler)
-    assert twin.llm is engine and twin.temperature == 0.0 and sampler.temperature == 1.0
+    assert twin.engine is engine and twin.temperature == 0.0 and sampler.temperature == 1.0
+    assert twin.end_ids == sampler.end_ids
 
 
 def test_mlflow_gets_the_set_metrics_and_every_check_a_query_sets():

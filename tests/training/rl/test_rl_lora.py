@@ -58,7 +58,7 @@ def test_the_weight_sync_streams_merged_weights_under_the_base_names(tiny_model_
     from components.models.loading import load_policy_model
     from components.training.rl.lora import attach_lora, merged_model
     from components.training.rl.params import LoraParams
-    from components.training.rl.weight_sync import VLLMWeightSync
+    from components.training.rl.weight_sync import EngineWeightSync
 
     model, adapters = attach_lora(load_policy_model(tiny_model_dir, dtype="float32", device="cpu"),
                                   LoraParams(enabled=True, r=4, alpha=8))
@@ -67,10 +67,8 @@ def test_the_weight_sync_streams_merged_weights_under_the_base_names(tiny_model_
             if "lora_B" in name:
                 param.normal_()  # a trained adapter (B starts at 0)
     loaded = {}
-    inner = SimpleNamespace(load_weights=lambda pairs: loaded.update({n: t.clone() for n, t in pairs}))
-    llm = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(
-        driver_worker=SimpleNamespace(model_runner=SimpleNamespace(model=inner)))), reset_prefix_cache=lambda: None)
-    VLLMWeightSync(llm).push(model)
+    engine = SimpleNamespace(sleeps=False, push_weights=lambda pairs: loaded.update({n: t.clone() for n, t in pairs}))
+    EngineWeightSync(engine).push(model)
     merged = dict(merged_model(adapters).named_parameters())
     assert loaded.keys() == merged.keys()
     assert all(torch.allclose(loaded[name], merged[name].data, atol=1e-6) for name in merged)

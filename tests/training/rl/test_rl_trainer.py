@@ -205,6 +205,26 @@ def test_the_update_moves_the_weights_when_rewards_differ(tiny_model_dir):
     assert sum(after[1][2:]) < sum(before[1][2:])  # the penalised one less likely
 
 
+def test_a_step_without_an_update_still_measures_a_separate_engines_mismatch(tiny_model_dir):
+    """Tied rewards skip the optimizer step; with rollouts from a separate engine (`mismatch_every_step`) the step
+    still reports how far the engine's log-probs are from the trainer's."""
+    from components.models.loading import load_policy_model
+    from components.training.rl.optim import TorchOptimizer
+    from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, update_policy
+
+    model = load_policy_model(tiny_model_dir, dtype="float32", device="cpu")
+    rollouts = [Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=0.0),
+                Rollout(input_ids=[20, 21, 30, 31], loss_mask=[0, 0, 1, 1], advantage=0.0)]
+    for rollout, trainer in zip(rollouts, fill_logprobs(model, rollouts, 2, 0, 1.0, overwrite=False)):
+        rollout.sampler_logprobs = [lp - 0.25 * m for lp, m in zip(trainer, rollout.loss_mask)]
+    optimizer = TorchOptimizer(model, 1e-2, 0.0, 1.0, "constant", 0, 1)
+    assert update_policy(model, optimizer, rollouts, UpdateConfig(), pad_id=0) == {"optimizer_steps": 0}
+    stats = update_policy(model, optimizer, rollouts, UpdateConfig(mismatch_every_step=True), pad_id=0)
+    assert stats["optimizer_steps"] == 0
+    assert stats["logprob_mismatch"] == pytest.approx(0.25, abs=1e-5)
+    assert stats["sampler_kl"] == pytest.approx(math.expm1(0.25) - 0.25, abs=1e-5)
+
+
 def test_a_frozen_control_with_learning_rate_0_keeps_every_weight(tiny_model_dir):
     """`rl.learning_rate: 0` is the frozen control of docs/tiny_preset.md: the same rollouts and updates, no change."""
     import torch
