@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from components.errors import UserError
 from components.params import ACTIVE_PRESET_FILE, ParamsError, load_section, parse_section
@@ -118,14 +118,18 @@ def _plain(value: Any) -> Any:
 
 
 def _copy(value: Any) -> Any:
-    """A fresh ruamel container (so a merged-in block does not alias the overlay)."""
+    """A fresh ruamel container (so a merged-in block does not alias the overlay), in the overlay's style: a list
+    written `[3, 5, 7]` in the preset stays a flow list in the params file."""
     if isinstance(value, dict):
         copy = CommentedMap()
         for k, v in value.items():
             copy[k] = _copy(v)
         return copy
     if isinstance(value, list):
-        return [_copy(v) for v in value]
+        seq = CommentedSeq(_copy(v) for v in value)
+        if isinstance(value, CommentedSeq) and value.fa.flow_style():
+            seq.fa.set_flow_style()
+        return seq
     return value
 
 

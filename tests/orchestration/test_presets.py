@@ -194,6 +194,16 @@ def test_switching_back_to_tiny_restores_every_value_of_the_params_files(name, t
     assert {k: v for k, v in values().items() if k in before} == before
 
 
+@pytest.mark.parametrize("name", OTHER_PRESETS)
+def test_switching_back_to_the_committed_tiny_leaves_the_params_files_as_committed(name, tmp_path):
+    committed_params(tmp_path / "params")
+    before = {f.name: f.read_text() for f in (tmp_path / "params").glob("*.yaml")}
+    apply_preset(name, tmp_path / "params")
+    apply_preset("tiny", tmp_path / "params")
+    after = {f.name: f.read_text() for f in (tmp_path / "params").glob("*.yaml") if f.name in before}
+    assert after == before  # byte for byte: comments, flow lists like `days: [3]` and key order kept
+
+
 def test_smoke_shrinks_every_step_budget_of_the_tiny_pipeline():
     tiny, smoke = (leaves(yaml.safe_load((PRESETS / f"{n}.yaml").read_text())) for n in ("tiny", "smoke"))
     budgets = ("sft.max_steps", "queries.sizes.sft", "queries.sizes.rl", "queries.sizes.val",
