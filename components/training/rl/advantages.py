@@ -18,6 +18,8 @@ AEPO (arXiv 2510.14545) then weights each sampled token's advantage by its entro
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -66,21 +68,26 @@ def batch_std(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.std()
 
 
+# rl.scale_rewards -> the scale (B,) or scalar that the centred rewards are divided by, from (rewards, group ids)
+SCALES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "group": group_std,  # GRPO
+    "batch": lambda rewards, group_ids: batch_std(rewards),  # TRL's option
+    "none": None,  # Dr.GRPO: no division
+}
+
+
 def group_advantages(
     rewards: torch.Tensor, group_ids: torch.Tensor, scale_rewards: ScaleRewards = "group", eps: float = EPS
 ) -> torch.Tensor:
-    """A_i per trajectory, shape (B,), in float64: (R_i - group mean), divided by the std that `scale_rewards` names;
-    exactly 0 in a tied group."""
+    """A_i per trajectory, shape (B,), in float64: (R_i - group mean), divided by the std that `scale_rewards` names
+    (SCALES); exactly 0 in a tied group."""
+    if scale_rewards not in SCALES:
+        raise ValueError(f"scale_rewards must be one of {', '.join(SCALES)}, got {scale_rewards!r}")
     rewards = rewards.to(torch.float64)
     centred = rewards - group_mean(rewards, group_ids)
     centred = torch.where(tied_groups(rewards, group_ids), torch.zeros_like(centred), centred)
-    if scale_rewards == "group":
-        return centred / (group_std(rewards, group_ids) + eps)
-    if scale_rewards == "batch":
-        return centred / (batch_std(rewards) + eps)
-    if scale_rewards == "none":
-        return centred
-    raise ValueError(f"scale_rewards must be 'group', 'batch' or 'none', got {scale_rewards!r}")
+    scale = SCALES[scale_rewards]
+    return centred if scale is None else centred / (scale(rewards, group_ids) + eps)
 
 
 def token_advantages(advantages: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
@@ -118,3 +125,25 @@ def entropy_aware_advantages(
     mean, std = moments if moments is not None else entropy_moments(entropy, mask)
     standardised = (entropy.detach().to(advantages.dtype) - mean) / std
     return advantages * (1.0 + coefficient * standardised) * mask.to(advantages.dtype)
+
+
+def unweighted(advantages: torch.Tensor, entropy: torch.Tensor | None, mask: torch.Tensor, coefficient: float = 0.0,
+               moments: tuple[float, float] | None = None) -> torch.Tensor:
+    """Every sampled token of a trajectory keeps its trajectory's advantage (GRPO, DAPO, ARPO)."""
+    return advantages
+
+
+@dataclass(frozen=True)
+class TokenWeighting:
+    """How a trajectory's advantage varies over its tokens: `apply(advantages, entropy, mask, coefficient,
+    moments)`; `needs_entropy` asks the update for the (B, T) entropies and the mini-batch's (mean, std)."""
+
+    apply: Callable[..., torch.Tensor]
+    needs_entropy: bool = False
+
+
+# rl.token_weighting -> the token weighting of the advantages
+TOKEN_WEIGHTINGS: dict[str, TokenWeighting] = {
+    "none": TokenWeighting(unweighted),
+    "entropy_aware": TokenWeighting(entropy_aware_advantages, needs_entropy=True),  # AEPO
+}

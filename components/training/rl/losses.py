@@ -16,6 +16,8 @@ can never leak into the ratios or the gradient.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -105,6 +107,35 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * m).sum() / m.sum().clamp(min=1)
 
 
+def token_mean(per_token: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: int,
+               max_completion_length: int) -> torch.Tensor:
+    """sum_i sum_t loss_it / (tokens in the whole mini-batch)  (DAPO; TRL "dapo")"""
+    return per_token.sum() / max(float(tokens), 1.0)
+
+
+def seq_mean_token_mean(per_token: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: int,
+                        max_completion_length: int) -> torch.Tensor:
+    """sum_i [sum_t loss_it / |o_i|] / (sequences in the mini-batch)  (the GRPO paper; TRL "grpo")"""
+    per_seq = per_token.sum(dim=-1) / mask.sum(dim=-1).clamp(min=1)
+    return per_seq.sum() / max(sequences, 1)
+
+
+def seq_mean_token_sum_norm(per_token: torch.Tensor, mask: torch.Tensor, tokens: float, sequences: int,
+                            max_completion_length: int) -> torch.Tensor:
+    """sum_i sum_t loss_it / (sequences in the mini-batch * L_max)  (Dr.GRPO; TRL "dr_grpo")"""
+    return per_token.sum() / (max(sequences, 1) * max_completion_length)
+
+
+Aggregation = Callable[[torch.Tensor, torch.Tensor, float, int, int], torch.Tensor]
+# rl.loss_type -> how the masked per-token losses of a micro-batch become its share of the mini-batch loss
+AGGREGATIONS: dict[str, Aggregation] = {"token-mean": token_mean, "seq-mean-token-mean": seq_mean_token_mean,
+                                        "seq-mean-token-sum-norm": seq_mean_token_sum_norm}
+Surrogate = Callable[[torch.Tensor, torch.Tensor, float, "float | None"], torch.Tensor]
+# rl.surrogate -> the per-token policy loss L_t from the ratios and advantages
+SURROGATES: dict[str, Surrogate] = {"clipped": clipped_surrogate_loss,
+                                    "entropy_balanced": entropy_balanced_surrogate_loss}
+
+
 def aggregate_loss(
     token_loss: torch.Tensor,
     mask: torch.Tensor,
@@ -113,25 +144,27 @@ def aggregate_loss(
     minibatch_sequences: int,
     max_completion_length: int,
 ) -> torch.Tensor:
-    """This micro-batch's share of the mini-batch loss; summing the shares over gradient-accumulation micro-batches
-    gives exactly the loss of the whole mini-batch, so the caller never divides by the number of micro-batches.
-
-    - token-mean:               sum_i sum_t loss_it / (tokens in the whole mini-batch)          (DAPO; TRL "dapo")
-    - seq-mean-token-mean:      sum_i [sum_t loss_it / |o_i|] / (sequences in the mini-batch)   (GRPO paper; TRL "grpo")
-    - seq-mean-token-sum-norm:  sum_i sum_t loss_it / (sequences in the mini-batch * L_max)    (Dr.GRPO; TRL "dr_grpo")
-    """
+    """This micro-batch's share of the mini-batch loss by the aggregation `loss_type` names (AGGREGATIONS); summing
+    the shares over gradient-accumulation micro-batches gives exactly the loss of the whole mini-batch, so the caller
+    never divides by the number of micro-batches."""
+    if loss_type not in AGGREGATIONS:
+        raise ValueError(f"loss_type must be one of {', '.join(AGGREGATIONS)}, got {loss_type!r}")
     m = mask.to(token_loss.dtype)
-    per_token = token_loss * m
-    if loss_type == "token-mean":
-        return per_token.sum() / max(float(minibatch_tokens), 1.0)
-    if loss_type == "seq-mean-token-mean":
-        per_seq = per_token.sum(dim=-1) / m.sum(dim=-1).clamp(min=1)
-        return per_seq.sum() / max(minibatch_sequences, 1)
-    if loss_type == "seq-mean-token-sum-norm":
-        return per_token.sum() / (max(minibatch_sequences, 1) * max_completion_length)
-    raise ValueError(
-        f"loss_type must be one of token-mean, seq-mean-token-mean, seq-mean-token-sum-norm, got {loss_type!r}"
-    )
+    return AGGREGATIONS[loss_type](token_loss * m, m, minibatch_tokens, minibatch_sequences, max_completion_length)
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """The objective's settings: the clip range, the KL and entropy coefficients, and the named surrogate
+    (SURROGATES) and aggregation (AGGREGATIONS)."""
+
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    beta: float = 0.0
+    entropy_coeff: float = 0.0
+    surrogate: str = "clipped"
+    loss_type: LossType = "token-mean"
+    max_completion_length: int = 1
 
 
 def policy_loss(
@@ -139,45 +172,39 @@ def policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
+    spec: LossSpec = LossSpec(),
     *,
-    epsilon: float = 0.2,
-    epsilon_high: float | None = None,
-    beta: float = 0.0,
     ref_logprobs: torch.Tensor | None = None,
-    loss_type: LossType = "token-mean",
-    minibatch_tokens: int | float | None = None,
-    minibatch_sequences: int | None = None,
-    max_completion_length: int = 1,
-    entropy_coeff: float = 0.0,
     entropy: torch.Tensor | None = None,
-    entropy_clipping: bool = False,
     importance_weights: torch.Tensor | None = None,
+    minibatch: tuple[float, int] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """loss_t = L_t + beta KL_t - entropy_coeff H_t aggregated over the micro-batch; returns (loss, stats) with the
     mean ratio, the clip fractions and the mean KL over sampled tokens. `advantages` is per token (B, T); `entropy`
-    (B, T, with its gradient) is needed only when entropy_coeff is not 0. `entropy_clipping` takes AEPO's
-    `entropy_balanced_surrogate_loss` for L_t (the clip fractions then count tokens past a bound as before, though
-    those past the upper one keep a gradient). `importance_weights` (B, T, no gradient) multiply L_t: truncated
-    importance sampling of the sampler/trainer mismatch."""
-    if beta and ref_logprobs is None:
+    (B, T, with its gradient) is needed only when entropy_coeff is not 0. `spec.surrogate` names L_t (AEPO's
+    `entropy_balanced`: the clip fractions then count tokens past a bound as before, though those past the upper
+    one keep a gradient). `importance_weights` (B, T, no gradient) multiply L_t: truncated importance sampling of
+    the sampler/trainer mismatch. `minibatch` is the (tokens, sequences) of the whole mini-batch this micro-batch is
+    a share of (None: this micro-batch alone)."""
+    if spec.beta and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs (the reference model's log-probabilities)")
-    if entropy_coeff and entropy is None:
+    if spec.entropy_coeff and entropy is None:
         raise ValueError("entropy_coeff != 0 needs the per-token entropy (B, T) with its gradient")
+    if spec.surrogate not in SURROGATES:
+        raise ValueError(f"surrogate must be one of {', '.join(SURROGATES)}, got {spec.surrogate!r}")
     ratio = probability_ratio(logprobs, old_logprobs, mask)
-    surrogate = entropy_balanced_surrogate_loss if entropy_clipping else clipped_surrogate_loss
-    token_loss = surrogate(ratio, advantages, epsilon, epsilon_high)
+    token_loss = SURROGATES[spec.surrogate](ratio, advantages, spec.epsilon, spec.epsilon_high)
     if importance_weights is not None:
         token_loss = token_loss * importance_weights.detach()
     kl = k3_kl(logprobs, ref_logprobs, mask) if ref_logprobs is not None else torch.zeros_like(token_loss)
-    if beta:
-        token_loss = token_loss + beta * kl
-    if entropy_coeff:
-        token_loss = token_loss - entropy_coeff * torch.where(mask.bool(), entropy, torch.zeros_like(entropy))
-    n_tokens = mask.sum().item() if minibatch_tokens is None else minibatch_tokens
-    n_seqs = mask.shape[0] if minibatch_sequences is None else minibatch_sequences
-    loss = aggregate_loss(token_loss, mask, loss_type, n_tokens, n_seqs, max_completion_length)
+    if spec.beta:
+        token_loss = token_loss + spec.beta * kl
+    if spec.entropy_coeff:
+        token_loss = token_loss - spec.entropy_coeff * torch.where(mask.bool(), entropy, torch.zeros_like(entropy))
+    tokens, sequences = minibatch if minibatch is not None else (mask.sum().item(), mask.shape[0])
+    loss = aggregate_loss(token_loss, mask, spec.loss_type, tokens, sequences, spec.max_completion_length)
     with torch.no_grad():
-        stats = clip_fraction(ratio.detach(), advantages, mask, epsilon, epsilon_high)
+        stats = clip_fraction(ratio.detach(), advantages, mask, spec.epsilon, spec.epsilon_high)
         stats["ratio_mean"] = masked_mean(ratio.detach(), mask).item()
         stats["kl"] = masked_mean(kl.detach(), mask).item()
     return loss, stats

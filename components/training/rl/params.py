@@ -1,8 +1,8 @@
 """RLParams: the `rl:` section of params/rl.yaml (TRL's names where the meaning is the same).
 
-`algorithm` picks the defaults of the knobs that define it (ALGORITHM_DEFAULTS): a knob that is absent or null in
-the file takes the algorithm's value, a knob given a value keeps it. So
-`dvc exp run -S params/rl.yaml:rl.algorithm=dapo` switches every DAPO knob on, and
+`algorithm` names a registered algorithm (components/training/rl/algorithms.py): its sampler and the defaults of
+the knobs that define it. A knob that is absent or null in the file takes the algorithm's value, a knob given a value
+keeps it. So `dvc exp run -S params/rl.yaml:rl.algorithm=dapo` switches every DAPO knob on, and
 `-S params/rl.yaml:rl.epsilon_high=0.3` still overrides one of them.
 """
 from __future__ import annotations
@@ -10,40 +10,23 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from components.agent.params import DecoderParams, LimitsParams
 from components.params import Params
+from components.training.rl.algorithms import Algorithm, get_algorithm, with_defaults
 
 # One name per loss aggregation (verl's). TRL's loss_type names are refused with the name to write instead: its
 # "grpo" (seq-mean-token-mean) would read as the aggregation of `algorithm: grpo`, which is token-mean here.
 TRL_LOSS_TYPES = {"dapo": "token-mean", "grpo": "seq-mean-token-mean", "dr_grpo": "seq-mean-token-sum-norm",
                   "bnpo": "token-mean (normalised over the whole mini-batch on every process)"}
 
-Algorithm = Literal["grpo", "dr_grpo", "dapo", "arpo", "aepo"]
-
-ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
-    # GRPO: group-normalised advantages, symmetric clip, token-mean over the mini-batch.
-    "grpo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
-             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False},
-             "aepo": {"enabled": False}},
-    # Dr.GRPO: no std normalisation; token sum divided by a constant (sequences x max_completion_length).
-    "dr_grpo": {"scale_rewards": "none", "loss_type": "seq-mean-token-sum-norm", "epsilon_high": None,
-                "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": False},
-                "aepo": {"enabled": False}},
-    # DAPO: clip-higher, dynamic sampling, token-level loss, overlong shaping.
-    "dapo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": 0.28,
-             "dynamic_sampling": {"enabled": True}, "overlong": {"enabled": True}, "arpo": {"enabled": False},
-             "aepo": {"enabled": False}},
-    # ARPO: entropy-guided branching; plain GRPO advantages over each query's M samples.
-    "arpo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
-             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": True},
-             "aepo": {"enabled": False}},
-    # AEPO: ARPO's tree with entropy pre-monitoring and the consecutive-branch penalty; entropy-balanced clipping and
-    # entropy-aware advantages in the update (the `aepo:` knobs).
-    "aepo": {"scale_rewards": "group", "loss_type": "token-mean", "epsilon_high": None,
-             "dynamic_sampling": {"enabled": False}, "overlong": {"enabled": False}, "arpo": {"enabled": True},
-             "aepo": {"enabled": True}},
+# Switches of earlier params files that `algorithm` replaced: each is refused with what to write instead.
+REPLACED_SWITCHES = {
+    ("arpo", "enabled"): "rl.algorithm: arpo (or aepo) selects ARPO's branching sampler",
+    ("aepo", "enabled"): "rl.algorithm: aepo selects AEPO's sampler, surrogate and token weighting",
+    ("dynamic_sampling", "enabled"): "rl.algorithm: dapo selects DAPO's dynamic sampling",
+    ("aepo", "entropy_clipping"): "rl.surrogate: entropy_balanced (AEPO's default) or clipped",
 }
 
 
@@ -57,7 +40,8 @@ class RewardParams(Params):
 
 
 class DynamicSamplingParams(Params):
-    enabled: bool = False  # null in the file: the algorithm's default
+    """DAPO's sampler (`algorithm: dapo`)."""
+
     max_extra_rounds: int = Field(2, ge=0)  # cap on the extra sampling rounds per step
 
 
@@ -69,7 +53,8 @@ class OverlongParams(Params):
 
 
 class ArpoParams(Params):
-    enabled: bool = False
+    """ARPO's branching tree (`algorithm: arpo`, and AEPO's tree)."""
+
     budget: int = Field(16, gt=0)  # M: samples per query
     initial_rollouts: int = Field(8, gt=0)  # N: full rollouts started per query
     alpha: float = 0.5
@@ -88,14 +73,12 @@ class AepoParams(Params):
     alpha/gamma, arpo.entropy_tokens the head whose entropy is measured. Defaults: the authors' public code (the
     paper's full method; their released scripts turn dynamic_rollouts off)."""
 
-    enabled: bool = False  # null in the file: the algorithm's default
     # dynamic entropy-balanced rollout (components/training/rl/aepo.py). Entropy pre-monitoring: each query starts
     # m = k * sigmoid(allocation_beta * (H_root - mean H_tool)) full rollouts (false: arpo.initial_rollouts, as ARPO)
     dynamic_rollouts: bool = True
     allocation_beta: float = Field(0.5, ge=0)  # beta of that split (the authors' code: 0.5)
     branch_penalty: float = Field(0.05, ge=0)  # P(l) = branch_penalty * l after l consecutive branches (0: none)
-    # entropy-balanced policy optimisation (losses.py, advantages.py)
-    entropy_clipping: bool = True  # upper clip bound (1 + eps_high) / sg(r) * r: clipped tokens keep their gradient
+    # entropy-aware advantages (`token_weighting: entropy_aware`, advantages.py)
     entropy_advantage_coef: float = Field(0.2, ge=0)  # a in A * (1 + a * (H_t - mean H) / std H) (0: off)
 
 
@@ -174,7 +157,7 @@ class DistributedParams(Params):
 class RLParams(Params):
     """Everything the `rl` stage reads."""
 
-    algorithm: Algorithm = "grpo"
+    algorithm: str = "grpo"  # a registered algorithm (algorithms.ALGORITHMS)
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -209,8 +192,11 @@ class RLParams(Params):
     epsilon_high: float | None = Field(None, ge=0)  # None: = epsilon; DAPO's clip-higher 0.28
     beta: float = Field(0.0, ge=0)  # KL(pi || ref) coefficient (k3 estimator)
     entropy_coeff: float = 0.0  # loss -= entropy_coeff * H_t on sampled tokens (verl's sign: > 0 bonus, < 0 sharpens)
-    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
+    # the update's named functions (null in the file: the algorithm's)
+    loss_type: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"  # AGGREGATIONS
+    scale_rewards: Literal["group", "batch", "none"] = "group"  # advantages.SCALES
+    surrogate: Literal["clipped", "entropy_balanced"] = "clipped"  # losses.SURROGATES: PPO's, or AEPO's
+    token_weighting: Literal["none", "entropy_aware"] = "none"  # advantages.TOKEN_WEIGHTINGS: AEPO's entropy-aware
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
     reward: RewardParams = RewardParams()
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
@@ -226,36 +212,32 @@ class RLParams(Params):
     checkpoint_every: int = Field(1, gt=0)  # steps between checkpoints
     keep_checkpoints: int = Field(2, gt=0)
 
+    @field_validator("algorithm")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        get_algorithm(name)  # a ValueError that lists the registered algorithms
+        return name
+
     @model_validator(mode="before")
     @classmethod
     def _algorithm_defaults(cls, data: Any) -> Any:
-        """Fill the knobs the algorithm defines from ALGORITHM_DEFAULTS unless the file sets them."""
+        """Fill the knobs the algorithm defines from its registration unless the file sets them."""
         if not isinstance(data, dict):
             return data
-        algorithm = data.get("algorithm", "grpo")
-        defaults = ALGORITHM_DEFAULTS.get(algorithm)
-        if defaults is None:
-            return data  # the Literal check reports the bad name
-        merged = dict(data)
-        for key, value in defaults.items():
-            given = merged.get(key)
-            if isinstance(value, dict) and isinstance(given, dict):
-                merged[key] = {**given, **{k: v for k, v in value.items() if given.get(k) is None}}
-            elif given is None:
-                merged[key] = value
+        for (section, key), instead in REPLACED_SWITCHES.items():
+            if isinstance(data.get(section), dict) and key in data[section]:
+                raise ValueError(f"{section}.{key} is no longer a param: {instead}; delete the key")
+        try:
+            algorithm = get_algorithm(data.get("algorithm", "grpo"))
+        except ValueError:
+            return data  # the field validator reports the bad name
+        merged = with_defaults(data, algorithm)
         trl_name = merged.get("loss_type")
         if isinstance(trl_name, str) and trl_name in TRL_LOSS_TYPES:
             raise ValueError(f"loss_type: {trl_name!r} is TRL's name; here each aggregation has one name: write "
                              f"loss_type: {TRL_LOSS_TYPES[trl_name].split(' ')[0]} (TRL's {trl_name} = "
                              f"{TRL_LOSS_TYPES[trl_name]}), or null for the algorithm's default")
         return merged
-
-    @model_validator(mode="after")
-    def _aepo_on_arpo(self) -> "RLParams":
-        if self.aepo.enabled and not self.arpo.enabled:
-            raise ValueError("aepo.enabled needs arpo.enabled: AEPO's rollout is ARPO's branching tree (algorithm: "
-                             "aepo turns both on)")
-        return self
 
     @model_validator(mode="after")
     def _whole_groups_per_rank(self) -> "RLParams":
@@ -279,14 +261,6 @@ class RLParams(Params):
         return self
 
     @model_validator(mode="after")
-    def _one_sampling_rule(self) -> "RLParams":
-        if self.arpo.enabled and self.dynamic_sampling.enabled:
-            raise ValueError("arpo.enabled and dynamic_sampling.enabled cannot be combined: ARPO's (and AEPO's) "
-                             "branching tree is its own sampling rule and DAPO's filter never sees its groups; set "
-                             "dynamic_sampling.enabled: false (or false for arpo.enabled to keep DAPO's filter)")
-        return self
-
-    @model_validator(mode="after")
     def _travel_only_knobs(self) -> "RLParams":
         kind = self.env.kind
         if kind != "travel" and self.env.failure_rate > 0:
@@ -299,9 +273,14 @@ class RLParams(Params):
         return self.reward.kind if self.env.kind == "travel" else self.env.kind
 
     @property
+    def spec(self) -> Algorithm:
+        """The registered algorithm of `algorithm`."""
+        return get_algorithm(self.algorithm)
+
+    @property
     def group_size(self) -> int:
-        """Trajectories per query: arpo.budget under ARPO (and AEPO), num_generations otherwise."""
-        return self.arpo.budget if self.arpo.enabled else self.num_generations
+        """Trajectories per query: arpo.budget for a tree sampler (ARPO, AEPO), num_generations otherwise."""
+        return self.arpo.budget if self.spec.tree else self.num_generations
 
     def total_steps(self, num_queries: int) -> int:
         """max_steps, or enough steps for `epochs` passes over the queries."""

@@ -3,9 +3,10 @@ RL trainer", places it in the pipeline).
 
 Per step:
   1. sample a batch of queries (the data cursor);
-  2. roll out G trajectories per query through the shared agent loop (ARPO: entropy-guided branching; AEPO: the
-     same tree with entropy pre-monitoring and a consecutive-branch penalty; DAPO: dynamic sampling until the batch
-     holds informative groups);
+  2. roll out G trajectories per query through the shared agent loop, by the algorithm's sampler
+     (components/training/rl/samplers.py; ARPO: entropy-guided branching; AEPO: the same tree with entropy
+     pre-monitoring and a consecutive-branch penalty; DAPO: dynamic sampling until the batch holds informative
+     groups);
   3. score each trajectory with the task source of `rl.env.kind` (components/environments.py; travel: the strict
      evaluator and the STAR reward kind from params, progress = step/total; toolstar: Tool-Star's reward);
   4. group-relative advantages;
@@ -43,17 +44,14 @@ from components.models.checkpoints import write_manifest
 from components.models.loading import load_policy_model, load_tokenizer, resolve_device, resolve_dtype
 from components.training.rl import checkpoint as ckpt
 from components.training.rl.advantages import group_advantages
-from components.training.rl.aepo import aepo_rollouts
-from components.training.rl.arpo import ArpoGroups, arpo_rollouts
 from components.training.rl.cursor import QueryCursor
-from components.training.rl.dapo import dynamic_sampling
 from components.training.rl.distributed import SINGLE, Ranks, init_ranks, shard
 from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
 from components.training.rl.fsdp import FSDPOptimizer
 from components.training.rl.lora import attach_lora, merged_model, save_adapters
 from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
-from components.training.rl.rewards import TrajectoryReward, trajectory_reward
+from components.training.rl.samplers import SamplerInputs, Scored, StepBatch, collect_rollouts
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
 from components.training.rl.weight_sync import EngineWeightSync, ModuleWeightSync, NoWeightSync, build_weight_sync
 
@@ -88,22 +86,6 @@ class RLPaths:
     @property
     def eval_csv(self) -> Path:
         return self.plots / "eval.csv"
-
-
-@dataclass
-class Scored:
-    """A finished rollout and its reward."""
-
-    record: dict
-    reward: TrajectoryReward
-
-
-@dataclass
-class StepBatch:
-    groups: list[list[Scored]] = field(default_factory=list)  # what the update trains on
-    sampled: list[list[Scored]] = field(default_factory=list)  # everything rolled out (DAPO's dropped groups too)
-    rollout_seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
 
 
 # ---- small helpers (pure) ----------------------------------------------------------------------------------------
@@ -231,68 +213,6 @@ def write_eval_csv(path: Path, rows: list[dict], source: TaskSource) -> None:
         writer.writerows(rows)
 
 
-# ---- rollouts ------------------------------------------------------------------------------------------------
-
-def score_groups(groups: list[list[dict]], params: RLParams, progress: float,
-                 source: TaskSource) -> list[list[Scored]]:
-    """Each rollout with its reward (the task source's, plus the overlong shaping)."""
-    return [[Scored(r, trajectory_reward(source, r, params, progress)) for r in group] for group in groups]
-
-
-def group_task_rewards(group: list[Scored]) -> list[float]:
-    """What DAPO's dynamic sampling filters a group on: its task rewards, without the overlong shaping (the DAPO
-    recipe filters on accuracy; episodes that fail alike but differ in length are still a tied group)."""
-    return [s.reward.task for s in group]
-
-
-def branching_groups(engine: RolloutEngine, queries: list, params: RLParams, rng: random.Random) -> ArpoGroups:
-    """The step's groups from the branching tree: AEPO's rule and budget split when `aepo.enabled`, else ARPO's."""
-    arpo, aepo = params.arpo, params.aepo
-    if aepo.enabled:
-        return aepo_rollouts(engine, queries, budget=arpo.budget, initial_rollouts=arpo.initial_rollouts,
-                             alpha=arpo.alpha, beta=arpo.beta, branch_penalty=aepo.branch_penalty,
-                             dynamic_rollouts=aepo.dynamic_rollouts, allocation_beta=aepo.allocation_beta, rng=rng)
-    return arpo_rollouts(engine, queries, budget=arpo.budget, initial_rollouts=arpo.initial_rollouts,
-                         alpha=arpo.alpha, beta=arpo.beta, rng=rng)
-
-
-def collect_rollouts(engine: RolloutEngine, queries: list, next_queries: Callable[[int], list],
-                     params: RLParams, progress: float, rng: random.Random, ranks: Ranks = SINGLE) -> StepBatch:
-    """The step's scored groups, by the algorithm's sampling rule: `queries` are this rank's share of the step, and
-    `next_queries(n)` this rank's share of the next n queries of the cursor (DAPO's extra rounds, decided over the
-    whole world: each round asks for the groups still missing on all ranks together)."""
-    batch = StepBatch()
-    start = time.perf_counter()
-    if params.arpo.enabled:
-        result = branching_groups(engine, queries, params, rng)
-        records = [[ep.record for ep in group] for group in result.groups]
-        batch.groups = score_groups(records, params, progress, engine.source)
-        batch.extra.update({**result.stats.as_metrics(), **result.extra})
-    elif params.dynamic_sampling.enabled:
-        pending = [list(queries)]
-
-        def sample(n: int) -> list[list[Scored]]:
-            chosen = pending.pop() if pending else next_queries(n)
-            groups = score_groups(engine.groups(chosen[:n], params.num_generations), params, progress,
-                                  engine.source)
-            batch.sampled.extend(groups)
-            return groups
-
-        result = dynamic_sampling(sample, group_task_rewards, params.queries_per_step,
-                                  params.dynamic_sampling.max_extra_rounds,
-                                  total=lambda n: int(ranks.sum([n])[0]))
-        batch.groups = result.groups
-        batch.extra.update({"dapo/rounds": result.rounds, "dapo/sampled_groups": result.sampled_groups,
-                            "dapo/dropped_groups": result.dropped_groups, "dapo/kept_groups": len(result.groups)})
-    else:
-        batch.groups = score_groups(engine.groups(queries, params.num_generations), params, progress,
-                                    engine.source)
-    if not params.dynamic_sampling.enabled:
-        batch.sampled = batch.groups
-    batch.rollout_seconds = time.perf_counter() - start
-    return batch
-
-
 # ---- setting up a run ----------------------------------------------------------------------------------------
 
 def source_inputs(params: RLParams, paths: RLPaths) -> SourceInputs:
@@ -369,8 +289,8 @@ def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Pat
                           micro_batch_size=params.micro_batch_size, temperature=params.rollout.temperature,
                           recompute_old_logprobs=params.old_logprobs == "recompute",
                           entropy_coeff=params.entropy_coeff,
-                          entropy_clipping=params.aepo.enabled and params.aepo.entropy_clipping,
-                          entropy_advantage_coef=params.aepo.entropy_advantage_coef if params.aepo.enabled else 0.0,
+                          surrogate=params.surrogate, token_weighting=params.token_weighting,
+                          entropy_advantage_coef=params.aepo.entropy_advantage_coef,
                           autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
                           tis_cap=params.tis_cap,
                           mismatch_every_step=getattr(policy, "engine", None) is not None)  # vLLM's own engine
@@ -496,8 +416,8 @@ def rollout_step(run: TrainingRun, params: RLParams, step: int, progress: float)
     engine.begin_step(step)
     engine.evaluation_seconds = 0.0
     draw = lambda n: shard(run.next_queries(n), ranks)  # noqa: E731 (every rank draws alike, then takes its share)
-    return collect_rollouts(engine, draw(params.queries_per_step), draw, params, progress,
-                            random.Random(rank_seed(params.seed, ranks) * 1_000_003 + step), ranks)
+    return collect_rollouts(SamplerInputs(engine, draw(params.queries_per_step), draw, params, progress,
+                                          random.Random(rank_seed(params.seed, ranks) * 1_000_003 + step), ranks))
 
 
 def step_advantages(groups: list[list[Scored]], scale_rewards: str) -> tuple[list[Scored], list[float]]:

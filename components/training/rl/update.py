@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from components.training.rl.advantages import entropy_aware_advantages, entropy_moments, token_advantages
+from components.training.rl.advantages import TOKEN_WEIGHTINGS, entropy_moments, token_advantages
 from components.training.rl.distributed import SINGLE, Ranks, local_mini_batch_size
-from components.training.rl.losses import masked_mean, policy_loss, token_entropy, token_logprobs
+from components.training.rl.losses import LossSpec, masked_mean, policy_loss, token_entropy, token_logprobs
 
 
 @dataclass
@@ -218,12 +218,25 @@ class UpdateConfig:
     temperature: float = 1.0
     recompute_old_logprobs: bool = True
     entropy_coeff: float = 0.0
-    entropy_clipping: bool = False  # AEPO: the upper clip bound keeps a gradient (losses.entropy_balanced_...)
-    entropy_advantage_coef: float = 0.0  # AEPO: a of the entropy-aware advantage (0: plain advantages)
+    surrogate: str = "clipped"  # losses.SURROGATES (AEPO: entropy_balanced, whose upper clip bound keeps a gradient)
+    token_weighting: str = "none"  # advantages.TOKEN_WEIGHTINGS (AEPO: entropy_aware)
+    entropy_advantage_coef: float = 0.0  # a of the entropy-aware token weighting (0: plain advantages)
     autocast_dtype: torch.dtype | None = None  # compute in bf16/fp16 over float32 master weights (None: as stored)
     tis_cap: float | None = None  # truncated importance sampling of the sampler/trainer mismatch (None: off)
     mismatch_every_step: bool = False  # also measure the sampler/trainer mismatch on a step with no optimizer step
     # (rollouts from a separate engine, vLLM's: its log-probs can drift from the trainer's; an extra no-grad pass)
+
+
+    def loss_spec(self) -> LossSpec:
+        return LossSpec(epsilon=self.epsilon, epsilon_high=self.epsilon_high, beta=self.beta,
+                        entropy_coeff=self.entropy_coeff, surrogate=self.surrogate, loss_type=self.loss_type,
+                        max_completion_length=self.max_completion_length)
+
+    @property
+    def weights_by_entropy(self) -> bool:
+        """Whether the token weighting reads the entropies (an extra no-grad pass per mini-batch for their
+        moments)."""
+        return TOKEN_WEIGHTINGS[self.token_weighting].needs_entropy and self.entropy_advantage_coef != 0
 
 
 def is_single_step(config: UpdateConfig, n_rollouts: int) -> bool:
@@ -280,14 +293,14 @@ def truncated_importance_weights(trainer: torch.Tensor, sampler: torch.Tensor, k
 
 
 def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int], config: UpdateConfig, pad_id: int,
-                     current_is_old: bool, ref_logprobs: list[list[float]] | None, minibatch_tokens: int,
-                     minibatch_sequences: int, entropy_stats: tuple[float, float] | None = None,
+                     current_is_old: bool, ref_logprobs: list[list[float]] | None, minibatch: tuple[float, int],
+                     entropy_stats: tuple[float, float] | None = None,
                      ) -> tuple[torch.Tensor, dict[str, float], float]:
     """The loss of the micro-batch of rollouts at `positions` (its share of its mini-batch's loss), its statistics
     (the entropy included) and its number of trained tokens. `entropy_stats` are the mini-batch's entropy (mean, std)
     that AEPO's entropy-aware advantage standardises by."""
     batch = pad_batch([rollouts[p] for p in positions], pad_id)
-    entropy_map = bool(config.entropy_coeff or config.entropy_advantage_coef)
+    entropy_map = bool(config.entropy_coeff or config.weights_by_entropy)
     with autocast(model, config.autocast_dtype):
         logprobs, entropy = sequence_logprobs(model, batch["input_ids"], config.temperature,
                                               positions=batch["loss_mask"], with_entropy=True,
@@ -308,15 +321,11 @@ def micro_batch_loss(model, rollouts: Sequence[Rollout], positions: Sequence[int
     if config.tis_cap is not None:
         weights = truncated_importance_weights(old_logprobs, batch["sampler_logprobs"].to(device), known,
                                                config.tis_cap)
-    if config.entropy_advantage_coef:
-        advantages = entropy_aware_advantages(advantages, entropies, mask, config.entropy_advantage_coef,
-                                              entropy_stats)
-    loss, stats = policy_loss(
-        logprobs, old_logprobs, advantages, mask, epsilon=config.epsilon, epsilon_high=config.epsilon_high,
-        beta=config.beta, ref_logprobs=ref, loss_type=config.loss_type, minibatch_tokens=minibatch_tokens,
-        minibatch_sequences=minibatch_sequences, max_completion_length=config.max_completion_length,
-        entropy_coeff=config.entropy_coeff, entropy=entropies, entropy_clipping=config.entropy_clipping,
-        importance_weights=weights)
+    if config.weights_by_entropy:
+        advantages = TOKEN_WEIGHTINGS[config.token_weighting].apply(advantages, entropies, mask,
+                                                                    config.entropy_advantage_coef, entropy_stats)
+    loss, stats = policy_loss(logprobs, old_logprobs, advantages, mask, config.loss_spec(), ref_logprobs=ref,
+                              entropy=entropies, importance_weights=weights, minibatch=minibatch)
     stats["entropy"] = entropy.item()
     stats.update(mismatch)
     if weights is not None:
@@ -395,13 +404,13 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
             order = by_length(range(mini_start, mini_start + len(minibatch)), rollouts)
             micros = list(chunks(order, config.micro_batch_size))
             entropy_stats = (minibatch_entropy_stats(model, rollouts, order, config, pad_id, ranks)
-                             if config.entropy_advantage_coef else None)
+                             if config.weights_by_entropy else None)
             for j, positions in enumerate(in_lockstep(micros, model, ranks)):
                 if positions is None:
                     idle_pass(model, pad_id, optimizer)
                     continue
                 loss, stats, n = micro_batch_loss(model, rollouts, positions, config, pad_id, current_is_old,
-                                                  ref_logprobs, tokens, int(sequences), entropy_stats)
+                                                  ref_logprobs, (tokens, int(sequences)), entropy_stats)
                 optimizer.backward(loss, sync=j == len(micros) - 1)
                 stats["loss"] = loss.item()
                 for key, value in stats.items():
@@ -419,6 +428,6 @@ def update_policy(model, optimizer, rollouts: list[Rollout], config: UpdateConfi
     out["optimizer_steps"] = len(grad_norms)
     out["trained_tokens"] = sum(part[2] for part in shares) * config.num_iterations
     # forward(+backward) passes over every sequence; AEPO's entropy statistics add a forward pass per iteration
-    passes = config.num_iterations * (1 + int(bool(config.entropy_advantage_coef))) + int(recompute)
+    passes = config.num_iterations * (1 + int(config.weights_by_entropy)) + int(recompute)
     out["processed_tokens"] = sum(part[3] for part in shares) * passes
     return out

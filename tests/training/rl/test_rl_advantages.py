@@ -57,7 +57,7 @@ def test_the_advantage_is_broadcast_only_to_sampled_tokens():
 
 
 def test_an_unknown_scaling_names_the_valid_ones():
-    with pytest.raises(ValueError, match="'group', 'batch' or 'none'"):
+    with pytest.raises(ValueError, match="scale_rewards must be one of group, batch, none"):
         group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), "std")
 
 

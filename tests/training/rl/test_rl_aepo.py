@@ -86,17 +86,15 @@ def test_a_full_penalty_vetoes_every_branch_right_after_a_branch_on_the_same_pat
     assert (arpo.stats.branches, arpo.stats.fills) == (15, 0)
 
 
-def test_the_aepo_algorithm_runs_on_arpos_tree_and_needs_it():
-    from components.params import ParamsError, parse_section
-
+def test_the_aepo_algorithm_runs_a_tree_of_arpo_budget_with_its_own_objective():
     p = RLParams.model_validate({"algorithm": "aepo"})
-    assert (p.arpo.enabled, p.aepo.enabled, p.group_size, p.scale_rewards, p.epsilon_high) == \
-        (True, True, p.arpo.budget, "group", None)
-    assert (p.aepo.dynamic_rollouts, p.aepo.allocation_beta, p.aepo.branch_penalty, p.aepo.entropy_clipping,
-            p.aepo.entropy_advantage_coef) == (True, 0.5, 0.05, True, 0.2)
-    assert not RLParams.model_validate({"algorithm": "arpo"}).aepo.enabled
-    with pytest.raises(ParamsError, match="aepo.enabled needs arpo.enabled"):
-        parse_section({"rl": {"aepo": {"enabled": True}}}, "rl", RLParams)
+    assert (p.spec.sampler, p.spec.tree, p.group_size, p.scale_rewards, p.epsilon_high) == \
+        ("aepo", True, p.arpo.budget, "group", None)
+    assert (p.aepo.dynamic_rollouts, p.aepo.allocation_beta, p.aepo.branch_penalty, p.surrogate,
+            p.token_weighting, p.aepo.entropy_advantage_coef) == (True, 0.5, 0.05, "entropy_balanced",
+                                                                 "entropy_aware", 0.2)
+    arpo = RLParams.model_validate({"algorithm": "arpo"})
+    assert (arpo.spec.sampler, arpo.surrogate, arpo.token_weighting) == ("arpo", "clipped", "none")
 
 
 def test_the_update_config_turns_on_aepos_objective_only_under_aepo(tmp_path, tiny_model_dir, tiny_world_dir,
@@ -108,8 +106,9 @@ def test_the_update_config_turns_on_aepos_objective_only_under_aepo(tmp_path, ti
     tasks = load_task_source(RLParams(), paths)
     configs = {algorithm: build_parts(RLParams.model_validate({"algorithm": algorithm}), paths, tasks, tiny_model_dir,
                                       total_steps=1, device="cpu").update_config for algorithm in ("arpo", "aepo")}
-    assert (configs["arpo"].entropy_clipping, configs["arpo"].entropy_advantage_coef) == (False, 0.0)
-    assert (configs["aepo"].entropy_clipping, configs["aepo"].entropy_advantage_coef) == (True, 0.2)
+    assert (configs["arpo"].surrogate, configs["arpo"].token_weighting) == ("clipped", "none")
+    assert (configs["aepo"].surrogate, configs["aepo"].token_weighting, configs["aepo"].entropy_advantage_coef) == \
+        ("entropy_balanced", "entropy_aware", 0.2)
 
 
 class GradientRecorder:
@@ -146,7 +145,8 @@ def test_entropy_aware_advantages_use_the_mini_batch_so_micro_batching_never_cha
     def gradient(micro_batch_size: int, coef: float):
         rollouts = [Rollout(input_ids=[20, 21, 22, 23, 24], loss_mask=[0, 0, 1, 1, 1], advantage=1.0),
                     Rollout(input_ids=[20, 21, 30, 31, 32], loss_mask=[0, 0, 1, 1, 1], advantage=-1.0)]
-        config = UpdateConfig(micro_batch_size=micro_batch_size, entropy_clipping=True, entropy_advantage_coef=coef)
+        config = UpdateConfig(micro_batch_size=micro_batch_size, surrogate="entropy_balanced",
+                              token_weighting="entropy_aware", entropy_advantage_coef=coef)
         recorder = GradientRecorder(model)
         stats = update_policy(model, recorder, rollouts, config, pad_id=0)
         (grads,) = recorder.steps

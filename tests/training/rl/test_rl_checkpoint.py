@@ -228,22 +228,23 @@ def test_warmup_ratio_becomes_whole_warmup_steps_of_the_run():
 
 
 @pytest.mark.parametrize("algorithm, expected", [
-    ("grpo", ("group", "token-mean", None, False, False)),
-    ("dr_grpo", ("none", "seq-mean-token-sum-norm", None, False, False)),
-    ("dapo", ("group", "token-mean", 0.28, True, False)),
-    ("arpo", ("group", "token-mean", None, False, True)),
-    ("aepo", ("group", "token-mean", None, False, True)),
+    ("grpo", ("group", "token-mean", None, "groups", "clipped", "none", False)),
+    ("dr_grpo", ("none", "seq-mean-token-sum-norm", None, "groups", "clipped", "none", False)),
+    ("dapo", ("group", "token-mean", 0.28, "dapo", "clipped", "none", True)),
+    ("arpo", ("group", "token-mean", None, "arpo", "clipped", "none", False)),
+    ("aepo", ("group", "token-mean", None, "aepo", "entropy_balanced", "entropy_aware", False)),
 ])
-def test_the_algorithm_sets_the_defaults_of_its_knobs(algorithm, expected):
+def test_the_algorithm_sets_its_sampler_and_the_defaults_of_its_knobs(algorithm, expected):
     p = RLParams.model_validate({"algorithm": algorithm})
-    assert (p.scale_rewards, p.loss_type, p.epsilon_high, p.dynamic_sampling.enabled, p.arpo.enabled) == expected
+    assert (p.scale_rewards, p.loss_type, p.epsilon_high, p.spec.sampler, p.surrogate, p.token_weighting,
+            p.overlong.enabled) == expected
 
 
 def test_explicit_knobs_win_over_the_algorithm_defaults():
     p = RLParams.model_validate({"algorithm": "dapo", "epsilon_high": 0.3, "dynamic_sampling": {"max_extra_rounds": 5},
-                                 "loss_type": "seq-mean-token-mean"})
-    assert (p.epsilon_high, p.dynamic_sampling.enabled, p.dynamic_sampling.max_extra_rounds, p.loss_type) == \
-        (0.3, True, 5, "seq-mean-token-mean")
+                                 "loss_type": "seq-mean-token-mean", "overlong": {"enabled": False}})
+    assert (p.epsilon_high, p.spec.sampler, p.dynamic_sampling.max_extra_rounds, p.loss_type, p.overlong.enabled) \
+        == (0.3, "dapo", 5, "seq-mean-token-mean", False)
 
 
 @pytest.mark.parametrize("trl_name, ours", [("grpo", "seq-mean-token-mean"), ("dapo", "token-mean"),
@@ -255,14 +256,17 @@ def test_a_loss_aggregation_has_one_name(trl_name, ours):
         RLParams.model_validate({"loss_type": trl_name})
 
 
-def test_arpo_branching_with_dapo_dynamic_sampling_is_refused():
-    """ARPO's rollouts skip DAPO's sampling filter (the step's sampled batch was left empty): the pair is refused
-    when the params are read, whichever way it is asked for."""
-    for asked in ({"algorithm": "arpo", "dynamic_sampling": {"enabled": True}},
-                  {"algorithm": "dapo", "arpo": {"enabled": True}},
-                  {"algorithm": "aepo", "dynamic_sampling": {"enabled": True}}):
-        with pytest.raises(ValueError, match="arpo.enabled and dynamic_sampling.enabled"):
-            RLParams.model_validate(asked)
+@pytest.mark.parametrize("switch, instead", [
+    ({"arpo": {"enabled": True}}, "rl.algorithm: arpo"),
+    ({"aepo": {"enabled": True}}, "rl.algorithm: aepo"),
+    ({"dynamic_sampling": {"enabled": True}}, "rl.algorithm: dapo"),
+    ({"aepo": {"entropy_clipping": False}}, "rl.surrogate"),
+])
+def test_an_old_sampling_switch_is_refused_with_the_algorithm_that_replaced_it(switch, instead):
+    """One sampler per algorithm: ARPO's tree and DAPO's filter can no longer be asked for together, and a params
+    file with the switches that did so says what to write."""
+    with pytest.raises(ValueError, match=f"no longer a param: {instead}"):
+        RLParams.model_validate({"algorithm": "arpo", **switch})
 
 
 def test_bad_params_name_the_key(tmp_path):
@@ -288,6 +292,6 @@ def test_switching_the_algorithm_in_the_shipped_params_file_switches_its_knobs()
     assert parse_section(data, "rl", RLParams).algorithm == "grpo"
     data["rl"]["algorithm"] = "dapo"
     dapo = parse_section(data, "rl", RLParams)
-    assert (dapo.epsilon_high, dapo.dynamic_sampling.enabled, dapo.overlong.enabled) == (0.28, True, True)
+    assert (dapo.epsilon_high, dapo.spec.sampler, dapo.overlong.enabled) == (0.28, "dapo", True)
     data["rl"]["algorithm"] = "dr_grpo"
     assert parse_section(data, "rl", RLParams).scale_rewards == "none"

@@ -53,7 +53,7 @@ def test_dynamic_sampling_drops_failed_episodes_that_differ_only_in_length():
 
     from components.training.rl.params import RLParams
     from components.training.rl.rewards import trajectory_reward
-    from components.training.rl.trainer import collect_rollouts
+    from components.training.rl.samplers import SamplerInputs, collect_rollouts
     from components.travel.source import TravelSource
 
     params = RLParams.model_validate({"algorithm": "dapo", "num_generations": 4, "queries_per_step": 1,
@@ -65,7 +65,7 @@ def test_dynamic_sampling_drops_failed_episodes_that_differ_only_in_length():
     totals = [trajectory_reward(source, r, params, 0.0).total for r in failed]
     assert len(set(totals)) == 2  # the long one carries an overlong penalty: the totals differ
     engine = SimpleNamespace(groups=lambda queries, g: [failed], source=source)
-    batch = collect_rollouts(engine, ["query"], lambda n: ["query"] * n, params, 0.0, random.Random(0))
+    batch = collect_rollouts(SamplerInputs(engine, ["query"], lambda n: ["query"] * n, params, 0.0, random.Random(0)))
     assert batch.groups == []
     assert batch.extra["dapo/dropped_groups"] == 1 and batch.extra["dapo/kept_groups"] == 0
     assert len(batch.sampled) == 1  # still logged with the step's rewards

@@ -5,6 +5,9 @@ import pytest
 import torch
 
 from components.training.rl.losses import (
+    AGGREGATIONS,
+    SURROGATES,
+    LossSpec,
     aggregate_loss,
     clip_fraction,
     clipped_surrogate_loss,
@@ -52,7 +55,7 @@ def test_aepos_entropy_balanced_clip_keeps_the_value_and_the_gradient_past_the_u
 def test_policy_loss_takes_the_entropy_balanced_clip_when_asked():
     logp = torch.tensor([[math.log(1.5), 0.0]], requires_grad=True)
     old, adv, mask = torch.zeros(1, 2), torch.tensor([[2.0, 7.0]]), torch.tensor([[1, 0]])
-    loss, stats = policy_loss(logp, old, adv, mask, entropy_clipping=True)
+    loss, stats = policy_loss(logp, old, adv, mask, LossSpec(surrogate="entropy_balanced"))
     loss.backward()
     assert loss.item() == pytest.approx(-2.4) and logp.grad[0].tolist() == pytest.approx([-2.4, 0.0])
     assert stats["clip_fraction_high"] == 1.0  # still counted as past the bound
@@ -139,11 +142,11 @@ def test_policy_loss_adds_beta_times_kl():
     ref = torch.tensor([[math.log(0.25)]])
     adv = torch.tensor([[0.0]])
     mask = torch.tensor([[1]])
-    loss, stats = policy_loss(logp, logp.detach(), adv, mask, beta=0.1, ref_logprobs=ref)
+    loss, stats = policy_loss(logp, logp.detach(), adv, mask, LossSpec(beta=0.1), ref_logprobs=ref)
     assert loss.item() == pytest.approx(0.1 * (0.5 + math.log(2) - 1))
     assert stats["kl"] == pytest.approx(0.5 + math.log(2) - 1)
     with pytest.raises(ValueError, match="ref_logprobs"):
-        policy_loss(logp, logp.detach(), adv, mask, beta=0.1)
+        policy_loss(logp, logp.detach(), adv, mask, LossSpec(beta=0.1))
 
 
 def test_policy_loss_subtracts_entropy_coeff_times_entropy_on_sampled_tokens_only():
@@ -153,12 +156,12 @@ def test_policy_loss_subtracts_entropy_coeff_times_entropy_on_sampled_tokens_onl
     entropy = torch.tensor([[math.log(2), 0.0, 9.9]], requires_grad=True)
     adv = torch.zeros(1, 3)
     mask = torch.tensor([[1, 1, 0]])
-    loss, _ = policy_loss(logp, logp.detach(), adv, mask, entropy_coeff=-0.1, entropy=entropy)
+    loss, _ = policy_loss(logp, logp.detach(), adv, mask, LossSpec(entropy_coeff=-0.1), entropy=entropy)
     assert loss.item() == pytest.approx(0.1 * math.log(2) / 2)
     loss.backward()
     assert entropy.grad[0].tolist() == pytest.approx([0.05, 0.05, 0.0])  # d loss / d H_t = -c / tokens, masked: 0
     with pytest.raises(ValueError, match="per-token entropy"):
-        policy_loss(logp, logp.detach(), adv, mask, entropy_coeff=0.1)
+        policy_loss(logp, logp.detach(), adv, mask, LossSpec(entropy_coeff=0.1))
 
 
 def test_sampler_mismatch_and_truncated_importance_weights_on_hand_made_log_probs():
@@ -181,7 +184,24 @@ def test_importance_weights_scale_each_tokens_policy_loss():
     logp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
     adv = torch.tensor([[1.0, 1.0]])
     mask = torch.ones(1, 2)
-    plain, _ = policy_loss(logp, logp.detach(), adv, mask, loss_type="token-mean")
-    weighted, _ = policy_loss(logp, logp.detach(), adv, mask, loss_type="token-mean",
+    plain, _ = policy_loss(logp, logp.detach(), adv, mask, LossSpec(loss_type="token-mean"))
+    weighted, _ = policy_loss(logp, logp.detach(), adv, mask, LossSpec(loss_type="token-mean"),
                               importance_weights=torch.tensor([[0.5, 2.0]]))
     assert plain.item() == pytest.approx(-1.0) and weighted.item() == pytest.approx(-(0.5 + 2.0) / 2)
+
+
+def test_the_params_name_exactly_the_registered_surrogates_and_aggregations():
+    """`rl.surrogate` and `rl.loss_type` select functions by name: every name the params accept has one."""
+    from typing import get_args
+
+    from components.training.rl.params import RLParams
+
+    fields = RLParams.model_fields
+    assert set(get_args(fields["surrogate"].annotation)) == set(SURROGATES)
+    assert set(get_args(fields["loss_type"].annotation)) == set(AGGREGATIONS)
+
+
+def test_an_unknown_surrogate_is_refused_with_the_registered_ones():
+    logp = torch.zeros(1, 2, requires_grad=True)
+    with pytest.raises(ValueError, match="surrogate must be one of clipped, entropy_balanced"):
+        policy_loss(logp, logp.detach(), torch.ones(1, 2), torch.ones(1, 2), LossSpec(surrogate="ppo2"))

@@ -16,7 +16,8 @@ from components.toolstar.source import EVAL_CHECKS, EVAL_METRICS, ToolStarSource
 from components.toolstar.tasks import Task, generate_tasks, write_tasks
 from components.training.rl.engine import RolloutEngine
 from components.training.rl.params import RLParams
-from components.training.rl.trainer import RLPaths, score_groups, train
+from components.training.rl.samplers import score_groups
+from components.training.rl.trainer import RLPaths, train
 
 from .test_rl_masks import ScriptedTokenPolicy
 
