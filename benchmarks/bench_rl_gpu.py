@@ -114,8 +114,9 @@ def qwen_shape_step(label: str, params: RLParams, tokenizer_dir: Path, world_dir
     from components.agent.loop import Limits
     from components.models.factory import count_parameters
     from components.models.loading import load_tokenizer
-    from components.training.rl.engine import RolloutEngine, build_policy
-    from components.training.rl.optim import build_optimizer
+    from components.training.rl.engine import RolloutEngine
+    from components.training.rl.rollout_backends import PolicyInputs, rollout_backend, rollout_sampling
+    from components.training.rl.strategies import build_optimizer
     from components.training.rl.update import UpdateConfig, rollout_from_record, update_policy
     from components.travel.tasks import load_queries
     from components.travel.world import World
@@ -127,7 +128,9 @@ def qwen_shape_step(label: str, params: RLParams, tokenizer_dir: Path, world_dir
     size = count_parameters(model)
     optimizer = build_optimizer(model, params, total_steps=1)
     rollout = params.rollout
-    policy = build_policy(optimizer.unwrap(), tokenizer, tokenizer_dir, rollout, params.seed, device)
+    sampling = rollout_sampling(rollout, params.seed, dtype=str(dtype).removeprefix("torch."))
+    policy = rollout_backend(rollout.backend, device).build(PolicyInputs(optimizer.unwrap(), tokenizer,
+                                                                         str(tokenizer_dir), sampling, device))
     engine = RolloutEngine(policy, tokenizer, World.load(world_dir),
                            Limits(max_turns=rollout.max_turns, max_tokens_per_turn=rollout.max_tokens_per_turn,
                                   max_context_tokens=rollout.max_context_tokens,

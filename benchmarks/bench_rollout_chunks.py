@@ -46,6 +46,7 @@ from components.models.loading import load_policy_model, load_tokenizer
 from components.training.rl.engine import RolloutEngine
 from components.travel.tasks import load_queries
 from components.travel.world import World
+from components.agent.types import TurnPolicy
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -59,7 +60,7 @@ class GenerateBaseline(HFPolicy):
         self.lean = False
 
 
-class Lockstep:
+class Lockstep(TurnPolicy):
     """An HFPolicy without `generate_round`: the loop then decodes every turn of a batch before any episode moves on."""
 
     def __init__(self, policy: HFPolicy):

@@ -32,7 +32,7 @@ from transformers import DynamicCache
 
 from components.agent import lean_decode
 from components.agent.lean_decode import common_prefix_length
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 from components.models.loading import end_of_turn_ids
 
 
@@ -109,7 +109,7 @@ class EpisodeCache:
     layers: list
 
 
-class HFPolicy:
+class HFPolicy(TurnPolicy):
     """A `Policy` backed by a transformers causal LM.
 
     Reads each request's `token_ids` (the whole context, ending with the generation prompt) and returns the sampled
@@ -152,6 +152,16 @@ class HFPolicy:
         self.rows: dict = {}  # episode id -> lean_decode.RowCache (the lean decoder's caches)
         self.partial: dict[str, PartialTurn] = {}  # turns in progress across `generate_round` calls
         self._weights_version: int | None = None
+
+    def reseed(self, seed: int) -> None:
+        """Restart the sampling stream at `seed` (the RL engine reseeds each step from (seed, step))."""
+        self.seed, self.calls = seed, 0
+
+    def twin(self, greedy: bool = True) -> HFPolicy:
+        """A policy over the same model (and weights) with greedy decoding: evaluation during training. Its
+        key/value caches are its own."""
+        return HFPolicy(self.model, self.tokenizer, greedy=greedy, seed=self.seed, max_batch_size=self.max_batch_size,
+                        reuse_cache=self.reuse_cache, chunk_tokens=self.chunk_tokens)
 
     @property
     def cached_episodes(self) -> set[str]:

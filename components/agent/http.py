@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 from components.errors import UserError
 
 RETRYABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -112,7 +112,7 @@ class OpenAIChatClient:
                             "or raise endpoint.timeout_s / endpoint.max_retries")
 
 
-class OpenAIChatPolicy:
+class OpenAIChatPolicy(TurnPolicy):
     """The `Policy` interface over an OpenAI-compatible endpoint: every request of a turn in parallel."""
 
     def __init__(self, config: EndpointConfig, transport: httpx.BaseTransport | None = None):

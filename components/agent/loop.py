@@ -178,13 +178,11 @@ def generate_some_turns(policy: Policy, states: list[EpisodeState], limits: Limi
                         tokenizer: tok.Tokenizer | None = None) -> list[TurnResult | None]:
     """One decoding round for every state (in order): the turns that ended in it, None for those still being written.
 
-    A policy with `generate_round` (transformers decoding in rounds of `chunk_tokens`) returns after one round, so
-    an episode whose turn ended can take its environment step and start its next turn in the following round while
-    longer turns go on; any other policy answers every turn in one `generate` call (`generate_turns`)."""
+    A policy that decodes in rounds (transformers with `chunk_tokens`) returns after one round, so an episode whose
+    turn ended can take its environment step and start its next turn in the following round while longer turns go
+    on; a `TurnPolicy` that writes whole turns answers every turn in the round."""
     if not states:
         return []
-    if not hasattr(policy, "generate_round"):
-        return list(generate_turns(policy, states, limits, tokenizer))
     results = policy.generate_round([next_request(state, limits, tokenizer) for state in states])
     if len(results) != len(states):
         raise RuntimeError(f"policy returned {len(results)} turns for {len(states)} requests")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from components.agent.engine_client import EngineOptions, EngineProcess
 from components.agent.hf import cut_at_end_of_turn
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 from components.models.loading import end_of_turn_ids, load_tokenizer
 
 SEED_STRIDE = 1_000_003  # per-request seeds: policy seed + stride * call + position in the call
@@ -27,7 +27,7 @@ def model_generation_config(model):
         return None
 
 
-class VLLMPolicy:
+class VLLMPolicy(TurnPolicy):
     """A `Policy` backed by the rollout engine (same contract as `HFPolicy`).
 
     Every request of a turn goes to ONE engine call as token-id prompts; vLLM batches them continuously and its prefix
@@ -53,6 +53,10 @@ class VLLMPolicy:
         self.owns_engine = engine is None
         self.engine = engine if engine is not None else EngineProcess(model, options or EngineOptions(seed=seed))
         self.sleep_mode = self.engine.options.sleep_mode
+
+    def reseed(self, seed: int) -> None:
+        """Restart the per-request seeds at `seed` (the RL engine reseeds each step from (seed, step))."""
+        self.seed, self.calls = seed, 0
 
     def sampling_params(self, request: TurnRequest, index: int) -> dict:
         """The engine's sampling params for one request (`engine_protocol.SAMPLING_KEYS`): stop exactly at the

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 from components.qa.corpus import BRIDGES, RELATIONS
 
 _SUBJECT = "(?P<subject>.+?)"
@@ -122,7 +122,7 @@ def _baseline_turn(question: str, observations: list[str]) -> str:
     return answer(guess, f"The best matching passage is about {guess}.")
 
 
-class QAExpertPolicy:
+class QAExpertPolicy(TurnPolicy):
     """Policy interface: the expert's next turn for every active episode (text only, no tokens)."""
 
     def __init__(self, max_searches_per_hop: int = 2):

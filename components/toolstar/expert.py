@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from components.agent.types import TurnPolicy
 from components.toolstar.protocol import NO_OUTPUT
 from components.toolstar.tasks import FACT_QUESTIONS, FACT_SENTENCES, NUMERIC_RELATIONS, TEMPLATES, Template, find_fact
 
@@ -253,7 +254,7 @@ def next_turn(messages: Sequence[dict]) -> str:
     return _multi_hop_turn(template, slots, messages)
 
 
-class ToolStarExpertPolicy:
+class ToolStarExpertPolicy(TurnPolicy):
     """Policy interface: the expert's next turn for every active episode (text only, no tokens)."""
 
     def generate(self, requests: Sequence[Any]) -> list[ExpertTurn]:

@@ -30,10 +30,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from components.errors import UserError
-from components.training.rl.params import RLParams
 from components.training.sft_params import SFTParams
+
+if TYPE_CHECKING:  # an annotation only: the RL trainer's optimisers import this module
+    from components.training.rl.params import RLParams
 
 CLI_MODULE = "components.cli"
 # What a launcher (torchrun, accelerate launch, deepspeed, mpirun through torch) sets in every process it starts.

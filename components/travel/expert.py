@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generator
 
 from components.agent.environment import is_turn_error
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 from components.travel.checks import ROOM_TYPE_OF
 from components.travel.tasks import Query
 from components.syllables import NAME_SYLLABLES
@@ -639,7 +639,7 @@ def query_of(meta: dict) -> Query:
 
 
 @dataclass
-class ExpertPolicy:
+class ExpertPolicy(TurnPolicy):
     """The expert behind the `Policy` interface: one generator per episode, keyed by `TurnRequest.episode_id`.
 
     The first request of an episode starts its solver; each later request sends the last user message (the

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 
 SPECIALS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>")
 
@@ -60,7 +60,7 @@ class ScriptedEnv:
                     {"kind": "tool", "tool": "Search", "arguments": {"q": text}, "tool_error": text == "FAIL"})
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(TurnPolicy):
     """Replies from a per-episode script (the last reply repeats); records the batch size of every call."""
 
     def __init__(self, scripts: dict[str, list], finished: bool = True):

@@ -167,7 +167,7 @@ def test_after_an_rl_update_and_a_sync_the_engine_decodes_as_the_updated_policy(
     weights, and differ from what it decoded before. The engine gets its original weights back afterwards."""
     from components.training.rl.optim import TorchOptimizer
     from components.training.rl.update import Rollout, UpdateConfig, update_policy
-    from components.training.rl.weight_sync import build_weight_sync
+    from components.training.rl.rollout_backends import ROLLOUT_BACKENDS
 
     served: Served = request.getfixturevalue(which)
     original = copy.deepcopy(served.model)
@@ -187,7 +187,7 @@ def test_after_an_rl_update_and_a_sync_the_engine_decodes_as_the_updated_policy(
         assert stats["optimizer_steps"] == 1
         assert stats["logprob_mismatch"] <= 1e-4 and stats["tis_weight"] == pytest.approx(1.0, abs=1e-3)
         model.eval()
-        sync = build_weight_sync(engine_policy)
+        sync = ROLLOUT_BACKENDS["vllm"].weight_sync(engine_policy, False)
         assert sync.push(model) == len(list(model.parameters()))
         engine_greedy, hf_greedy = policies(served, smol_tokenizer, greedy=True)
         after = [t.token_ids for t in engine_greedy.generate(requests(smol_tokenizer))]

@@ -5,7 +5,7 @@ import pytest
 
 from components.agent.loop import (Episode, Limits, advance_episode, finish_episode, generate_turns, limit_at_start,
                                    run_episodes, start_episode)
-from components.agent.types import TurnResult
+from components.agent.types import TurnPolicy, TurnResult
 
 from .conftest import ScriptedEnv, ScriptedPolicy
 
@@ -75,7 +75,7 @@ def test_generate_turns_makes_one_call_and_checks_the_policy_answered_every_requ
     assert policy.calls == [["0", "1"]]
     assert generate_turns(policy, [], Limits()) == [] and len(policy.calls) == 1
 
-    class Short:
+    class Short(TurnPolicy):
         def generate(self, requests):
             return [TurnResult("a")]
 

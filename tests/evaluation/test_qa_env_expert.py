@@ -8,7 +8,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from components.agent.loop import Limits
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 from components.answer_match import normalize_answer
 from components.evaluation.ood_qa import summarize
 from components.qa.corpus import PROFESSIONS, build_encyclopedia
@@ -73,7 +73,7 @@ def test_the_env_reports_tool_errors_and_protocol_errors_without_ending_the_epis
     assert answered.done and answered.info["answer"] == "Nikrom"
 
 
-class PassageReader:
+class PassageReader(TurnPolicy):
     """A fake policy for in-context episodes: answers a single-hop question with the fact stated in the last user
     message (the passages), in the protocol's answer tags; `prose=True` answers in a sentence instead."""
 

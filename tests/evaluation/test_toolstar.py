@@ -18,6 +18,7 @@ from components.params import load_section
 from components.toolstar.sandbox import SandboxParams
 from components.toolstar.splits import split_tasks
 from components.toolstar.tasks import Task, TaskError, read_tasks
+from components.agent.types import TurnPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL_TOOLSTAR = {"toolstar": {
@@ -176,7 +177,7 @@ def test_star_sft_trains_on_the_toolstar_records_from_its_own_params_section(
 
 # --- the metrics over real episodes -----------------------------------------------------------------------------
 
-class ScriptedPolicy:
+class ScriptedPolicy(TurnPolicy):
     """Each episode's n-th assistant turn is `turns[n]`."""
 
     def __init__(self, turns: list[str]):

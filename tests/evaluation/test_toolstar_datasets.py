@@ -21,6 +21,7 @@ from components.toolstar.datasets import (
     task_file_name,
 )
 from components.toolstar.tasks import Task, read_tasks
+from components.agent.types import TurnPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -240,7 +241,7 @@ def test_an_unreachable_hub_is_one_line_that_says_how_to_use_a_local_copy(tmp_pa
 
 # --- scoring by kind --------------------------------------------------------------------------------------------
 
-class Answering:
+class Answering(TurnPolicy):
     """Answers every episode with its boxed value at once (no tool call, so no retriever or sandbox is used)."""
 
     def __init__(self, answers: dict[str, str]):

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from components.agent.loop import Limits
-from components.agent.types import TurnResult
+from components.agent.types import TurnPolicy, TurnResult
 from components.agent.params import LimitsParams
 from components.evaluation.validate import validate_checkpoint
 from components.travel.tasks import dump_queries
@@ -18,7 +18,7 @@ from components.travel.validation import (
 )
 
 
-class ScriptedPolicy:
+class ScriptedPolicy(TurnPolicy):
     """A text policy that answers every episode at once with the same text."""
 
     def __init__(self, text: str):

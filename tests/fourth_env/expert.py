@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from components.agent.types import TurnRequest, TurnResult
+from components.agent.types import TurnPolicy, TurnRequest, TurnResult
 
 
 def next_turn(messages: list[dict]) -> str:
@@ -15,6 +15,6 @@ def next_turn(messages: list[dict]) -> str:
     return f"<think>look it up</think><tool_call>{json.dumps({'name': 'lookup', 'arguments': {'name': name}})}</tool_call>"
 
 
-class LookupExpert:
+class LookupExpert(TurnPolicy):
     def generate(self, requests: list[TurnRequest]) -> list[TurnResult]:
         return [TurnResult(text=next_turn(request.messages)) for request in requests]

@@ -8,9 +8,9 @@ Two ways to roll out, one loop:
   round, so that an episode can be copied right after a tool response (prefix ids, masks, logprobs, counters,
   messages and environment state) and branch.
 
-Backends: transformers (`HFPolicy`; the engine samples with the very model being trained, so no weight sync is
-needed) or vLLM (`components.agent.vllm_backend.VLLMPolicy`: the rollout engine process, on CPU or GPU, its weights
-pushed after every update by `weight_sync.EngineWeightSync`).
+Backends (rollout_backends.py): transformers (`HFPolicy`; the engine samples with the very model being trained, so
+no weight sync is needed) or vLLM (`components.agent.vllm_backend.VLLMPolicy`: the rollout engine process, on CPU or
+GPU, its weights pushed after every update by `weight_sync.EngineWeightSync`).
 Token-in/token-out: ids are never re-derived from the rendered chat.
 
 What an episode is, how it is evaluated and which large objects its copies share come from the task source
@@ -25,20 +25,15 @@ from dataclasses import dataclass, field
 
 from components.agent import loop
 from components.agent.environment import TaskSource
-from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
-from components.agent.hf import HFPolicy
-from components.agent.types import TurnResult
-from components.agent.engine_client import require_engine_python
-from components.agent.vllm_backend import VLLMPolicy
+from components.agent.types import Policy, TurnResult
 from components.training.rl.arpo import TurnInfo, segment_entropy
 
 
 def turn_entropies(result: TurnResult) -> list[float]:
     """Per-token entropies of a sampled turn: the backend's own when it reports them, else the Monte-Carlo
     estimate -log p(sampled token) (its expectation under the sampling distribution is the entropy)."""
-    own = getattr(result, "entropies", None)
-    if own is not None:
-        return list(own)
+    if result.entropies is not None:
+        return list(result.entropies)
     return [-lp for lp in (result.logprobs or []) if math.isfinite(lp)]
 
 
@@ -64,7 +59,7 @@ class RolloutEngine:
     """Multi-turn rollouts of a task source's records (`source`: an environment's, from components/environments.py)
     with one policy backend."""
 
-    def __init__(self, policy, tokenizer, source: TaskSource, limits: loop.Limits, seed: int = 0,
+    def __init__(self, policy: Policy, tokenizer, source: TaskSource, limits: loop.Limits, seed: int = 0,
                  entropy_tokens: int = 20):
         self.policy = policy
         self.tokenizer = tokenizer
@@ -81,9 +76,7 @@ class RolloutEngine:
         """Seed this step's environments and sampling from (seed, step): a resumed run redraws the same step."""
         self.step = step
         self._counter = 0
-        if hasattr(self.policy, "seed") and hasattr(self.policy, "calls"):
-            self.policy.seed = self.seed * 1_000_003 + step * 10_007
-            self.policy.calls = 0
+        self.policy.reseed(self.seed * 1_000_003 + step * 10_007)
 
     def episode(self, query) -> loop.Episode:
         """A fresh episode of `query` with its own environment seed."""
@@ -152,32 +145,3 @@ class RolloutEngine:
         state.episode.episode_id = f"{episode.state.episode.episode_id}.b{episode.branches}"
         state.record["branch_of"] = episode.state.episode.episode_id
         return BranchableEpisode(state=state)
-
-
-# ---- backends ------------------------------------------------------------------------------------------------
-
-def build_policy(model, tokenizer, model_dir, rollout, seed: int, device: str, dtype: str = "auto"):
-    """The rollout policy for `rollout.backend` (RolloutParams): HFPolicy sampling from `model` itself, or the vLLM
-    engine process loaded from `model_dir` in `dtype` (auto: the checkpoint's own), whose weights the trainer pushes
-    after each update."""
-    backend = resolve_backend(rollout.backend, device)
-    if backend == "vllm":
-        require_engine_python()  # (chunk_tokens is the transformers backend's; vLLM batches continuously)
-    sampling = Sampling(temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
-                        max_batch_size=rollout.max_batch_size, chunk_tokens=rollout.chunk_tokens, dtype=dtype,
-                        gpu_memory_utilization=rollout.gpu_memory_utilization,
-                        max_model_len=rollout.max_context_tokens, sleep_mode=rollout.release_engine_memory)
-    return checkpoint_policy(model_dir, tokenizer, sampling, backend=backend, device=device, model=model)
-
-
-def greedy_policy(policy):
-    """The rollout policy's greedy twin over the same weights, for evaluation during training: transformers decodes
-    with the very model being trained, vLLM with the same (weight-synced) engine. Built fresh for each evaluation so
-    that its key/value caches go with it (the engine's prefix cache is the engine's)."""
-    if isinstance(policy, HFPolicy):
-        return HFPolicy(policy.model, policy.tokenizer, greedy=True, seed=policy.seed,
-                        max_batch_size=policy.max_batch_size, reuse_cache=policy.reuse_cache,
-                        chunk_tokens=policy.chunk_tokens)
-    if isinstance(policy, VLLMPolicy):
-        return policy.twin(greedy=True)
-    raise TypeError(f"no greedy twin for a {type(policy).__name__} rollout policy (transformers or vLLM only)")

@@ -38,7 +38,7 @@ from torch.distributed.tensor import DTensor
 from components.errors import UserError
 from components.training.rl.checkpoint import load_tree, save_tree
 from components.training.rl.distributed import Ranks
-from components.training.rl.optim import advance_schedule
+from components.training.rl.adamw import ScheduledOptimizer
 from components.training.rl.update import PolicyLogits
 from components.training.schedule import lr_schedule
 
@@ -83,10 +83,11 @@ def total_norm(parameters: list[torch.nn.Parameter]) -> torch.Tensor:
     return norm.full_tensor() if isinstance(norm, DTensor) else norm
 
 
-class FSDPOptimizer:
+class FSDPOptimizer(ScheduledOptimizer):
     """AdamW over the sharded float32 master weights (`shard_model`), with gradient clipping by the norm over all
     shards and the LR schedule; the same operations as `TorchOptimizer`. `model` is the FSDP root the update calls
-    (`PolicyLogits`), `unwrap()` the Hugging Face model inside it (DTensor parameters)."""
+    (`PolicyLogits`), `unwrap()` the Hugging Face model inside it (DTensor parameters). FSDP reduce-scatters each
+    unit's gradients into the shards during the backward."""
 
     sharded = True
 
@@ -98,11 +99,8 @@ class FSDPOptimizer:
         self.model = shard_model(model, param_dtype, ranks)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
+        self.base_optimizer = self.optimizer
         self.scheduler = lr_schedule(self.optimizer, scheduler, warmup_steps, total_steps)
-
-    def backward(self, loss, sync: bool = True) -> None:
-        """Backward; FSDP reduce-scatters each unit's gradients into the shards as it goes."""
-        loss.backward()
 
     def step(self) -> float:
         """Clip the summed gradients by their norm over all shards, apply and clear them; return that norm."""
@@ -111,13 +109,6 @@ class FSDPOptimizer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
-
-    def schedule_step(self) -> None:
-        advance_schedule(self.scheduler)
-
-    @property
-    def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
 
     def unwrap(self):
         return self.model.model

@@ -1,17 +1,16 @@
 """The optimiser wrapper: plain torch AdamW on CPU (and one GPU; data parallel over processes); accelerate +
 DeepSpeed ZeRO-2/3 on GPUs; FSDP2 over processes (`FSDPOptimizer`, components/training/rl/fsdp.py).
 
-All expose the same operations the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`, `unwrap()`,
-`save(dir)`, `load(dir)` and `schedule_step()` of the learning-rate schedule (`components.training.schedule`).
+All expose the operations of `adamw.Optimizer` that the trainer uses: `backward(loss)`, `step() -> grad norm`, `lr`,
+`unwrap()`, `save(dir)`, `load(dir)` and `schedule_step()` of the learning-rate schedule
+(`components.training.schedule`); strategies.py builds the one `rl.distributed.strategy` names.
 DeepSpeed is optional (the [gpu] extra): only `distributed.strategy: deepspeed` needs it, and a missing install stops
 the run with an error that says which extra to install.
 """
 from __future__ import annotations
 
 import importlib.util
-import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from accelerate import Accelerator
@@ -19,17 +18,11 @@ from accelerate.state import AcceleratorState, GradientState
 from accelerate.utils import DeepSpeedPlugin
 
 from components.errors import UserError
-from components.models.loading import resolve_dtype
 from components.training.launch import require_launcher
+from components.training.rl.adamw import OPTIMIZER_STATE, ScheduledOptimizer
 from components.training.rl.checkpoint import load_tree, save_tree
 from components.training.rl.distributed import SINGLE, Ranks
-from components.training.rl.params import RLParams
-from components.training.schedule import lr_schedule, warmup_steps
-
-if TYPE_CHECKING:  # fsdp.py builds on this module
-    from components.training.rl.fsdp import FSDPOptimizer
-
-OPTIMIZER_STATE = "optimizer"  # optimizer.json + optimizer.safetensors (no pickle: see checkpoint.py)
+from components.training.schedule import lr_schedule
 
 
 def require_gpu_extra(module: str, purpose: str) -> None:
@@ -42,19 +35,10 @@ def require_gpu_extra(module: str, purpose: str) -> None:
         )
 
 
-def advance_schedule(scheduler) -> None:
-    """One step of the LR schedule. A step with no optimizer step (no signal: every group tied) still counts, so
-    torch's warning about a scheduler stepping first is expected and silenced."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
-        scheduler.step()
-
-
-class TorchOptimizer:
+class TorchOptimizer(ScheduledOptimizer):
     """AdamW over the model's trainable parameters with gradient-norm clipping and an LR schedule; in a world of N
-    processes, each a replica of the model (`Ranks`), the gradients are summed over the ranks before each step."""
-
-    sharded = False  # the checkpoints hold the whole model, written by rank 0
+    processes, each a replica of the model (`Ranks`), the gradients are summed over the ranks before each step.
+    The checkpoints hold the whole model, written by rank 0."""
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
                  scheduler: str, warmup_steps: int, total_steps: int, adam_epsilon: float = 1e-8,
@@ -64,11 +48,8 @@ class TorchOptimizer:
         self.max_grad_norm = max_grad_norm
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=learning_rate, weight_decay=weight_decay, eps=adam_epsilon)
+        self.base_optimizer = self.optimizer
         self.scheduler = lr_schedule(self.optimizer, scheduler, warmup_steps, total_steps)
-
-    def backward(self, loss, sync: bool = True) -> None:
-        """Accumulate gradients (`sync` marks the last micro-batch of a mini-batch; plain torch needs no marker)."""
-        loss.backward()
 
     def step(self) -> float:
         """Sum the accumulated gradients over the ranks (data parallel: every rank holds the whole model and its
@@ -78,14 +59,6 @@ class TorchOptimizer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return float(norm)
-
-    def schedule_step(self) -> None:
-        """Advance the LR schedule by one RL step (also when DAPO found nothing to train on this step)."""
-        advance_schedule(self.scheduler)
-
-    @property
-    def lr(self) -> float:
-        return float(self.optimizer.param_groups[0]["lr"])
 
     def unwrap(self):
         return self.model
@@ -116,7 +89,7 @@ def deepspeed_config(zero_stage: int, max_grad_norm: float, gradient_accumulatio
     }
 
 
-class AccelerateOptimizer:
+class AccelerateOptimizer(ScheduledOptimizer):
     """AdamW under `accelerate` with a DeepSpeed ZeRO plugin, in the world of the torchrun that `star rl` starts
     itself under (components/training/launch.py) or of any launcher that started it.
 
@@ -124,8 +97,6 @@ class AccelerateOptimizer:
     the loss, which `aggregate_loss` already normalised by the whole mini-batch) and `backward(loss, sync=False)`
     marks the micro-batches before the last one as not being an accumulation boundary.
     """
-
-    sharded = False
 
     def __init__(self, model, learning_rate: float, weight_decay: float, max_grad_norm: float,
                  scheduler: str, warmup_steps: int, total_steps: int, zero_stage: int,
@@ -156,13 +127,6 @@ class AccelerateOptimizer:
         norm = self.accelerator.deepspeed_engine_wrapped.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
 
-    def schedule_step(self) -> None:
-        advance_schedule(self.scheduler)
-
-    @property
-    def lr(self) -> float:
-        return float(self.base_optimizer.param_groups[0]["lr"])
-
     def unwrap(self):
         return self.accelerator.unwrap_model(self.model)
 
@@ -173,21 +137,3 @@ class AccelerateOptimizer:
     def load(self, directory: str | Path) -> None:
         self.accelerator.load_state(str(Path(directory) / "accelerate"))
         self.scheduler.load_state_dict(load_tree(directory, OPTIMIZER_STATE)["scheduler"])
-
-
-def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int,
-                    ranks: Ranks = SINGLE) -> TorchOptimizer | AccelerateOptimizer | "FSDPOptimizer":
-    """The optimiser wrapper for `params.distributed.strategy` (plain torch: data parallel over `ranks`; fsdp2:
-    `model`, float32, sharded over `ranks`, computing in rl.dtype)."""
-    common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
-                  adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm,
-                  scheduler=params.lr_scheduler_type, warmup_steps=warmup_steps(params.warmup_ratio, total_steps),
-                  total_steps=total_steps)
-    if params.distributed.strategy == "deepspeed":
-        return AccelerateOptimizer(model, zero_stage=params.distributed.zero_stage, **common)
-    if params.distributed.strategy == "fsdp2":
-        from components.training.rl.fsdp import FSDPOptimizer
-
-        device = str(next(model.parameters()).device)
-        return FSDPOptimizer(model, ranks=ranks, param_dtype=resolve_dtype(params.dtype, device), **common)
-    return TorchOptimizer(model, ranks=ranks, **common)

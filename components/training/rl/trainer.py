@@ -46,14 +46,15 @@ from components.training.rl import checkpoint as ckpt
 from components.training.rl.advantages import group_advantages
 from components.training.rl.cursor import QueryCursor
 from components.training.rl.distributed import SINGLE, Ranks, init_ranks, shard
-from components.training.rl.engine import RolloutEngine, build_policy, greedy_policy
-from components.training.rl.fsdp import FSDPOptimizer
+from components.training.rl.adamw import Optimizer
+from components.training.rl.engine import RolloutEngine
 from components.training.rl.lora import attach_lora, merged_model, save_adapters
-from components.training.rl.optim import AccelerateOptimizer, TorchOptimizer, build_optimizer
 from components.training.rl.params import RLParams
+from components.training.rl.rollout_backends import PolicyInputs, RolloutBackend, rollout_backend, rollout_sampling
 from components.training.rl.samplers import SamplerInputs, Scored, StepBatch, collect_rollouts
+from components.training.rl.strategies import Strategy, build_optimizer, get_strategy
 from components.training.rl.update import Rollout, UpdateConfig, fill_logprobs, rollout_from_record, update_policy
-from components.training.rl.weight_sync import EngineWeightSync, ModuleWeightSync, NoWeightSync, build_weight_sync
+from components.training.rl.weight_sync import WeightSync
 
 if TYPE_CHECKING:  # annotations only
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -197,10 +198,10 @@ def load_held_out(params: RLParams, paths: RLPaths, source: TaskSource) -> TaskS
     return source.held_out(Path(paths.eval_queries), params.eval.max_queries)
 
 
-def evaluate_greedy(engine: RolloutEngine, held_out: TaskSource) -> dict:
+def evaluate_greedy(engine: RolloutEngine, backend: RolloutBackend, held_out: TaskSource) -> dict:
     """The summary of the engine's policy decoded greedily on the held-out records (the rollouts' limits)."""
     episodes = [held_out.episode(item, seed=i) for i, item in enumerate(held_out.items)]
-    records = run_episodes(episodes, greedy_policy(engine.policy), engine.limits, tokenizer=engine.tokenizer,
+    records = run_episodes(episodes, backend.greedy(engine.policy), engine.limits, tokenizer=engine.tokenizer,
                            evaluate=held_out.evaluate, progress=False)
     return held_out.summary(records)
 
@@ -232,9 +233,10 @@ class Parts:
     """What the loop works with, built once per run (from the newest checkpoint when resuming)."""
 
     tokenizer: PreTrainedTokenizerBase
-    optimizer: TorchOptimizer | AccelerateOptimizer | FSDPOptimizer  # holds the trained model (FSDP: its shards)
+    optimizer: Optimizer  # holds the trained model (FSDP: its shards)
     engine: RolloutEngine
-    sync: NoWeightSync | EngineWeightSync | ModuleWeightSync
+    backend: RolloutBackend  # builds the rollout policy, its greedy twin and its weight sync
+    sync: WeightSync
     ref_model: PreTrainedModel | None  # the frozen reference of the KL term (beta > 0)
     update_config: UpdateConfig
     pad_id: int
@@ -242,26 +244,45 @@ class Parts:
     adapters: object = None  # rl.lora: the PeftModel owning the adapters (checkpoints hold them alone)
 
 
-def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Path, total_steps: int,
-                device: str, ranks: Ranks = SINGLE) -> Parts:
-    """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser,
-    the rollout policy and engine (in the environment of the task source `tasks`), and the weight sync
-    between them."""
-    # The plain torch optimiser steps float32 master weights and the update computes in rl.dtype under autocast
-    # (bf16 weights under plain AdamW lose small updates: at lr 1e-6 one step moves ~2% of them); DeepSpeed's bf16
-    # mode keeps its own float32 master copy.
-    # FSDP2 shards float32 master weights and computes in rl.dtype by its mixed-precision policy; a sharded
-    # checkpoint holds no Hugging Face weights, so its model starts as the input model and the shards are loaded.
-    compute_dtype = resolve_dtype(params.dtype, device)
-    plain = params.distributed.strategy == "none"
-    sharded = params.distributed.strategy == "fsdp2"
-    adapters = None  # the PeftModel owning the LoRA adapters (rl.lora)
+def load_trained_model(params: RLParams, paths: RLPaths, source: Path, strategy: Strategy, device: str):
+    """The model to train and, with LoRA, the PeftModel owning its adapters (else None). The plain torch optimiser
+    steps float32 master weights and the update computes in rl.dtype under autocast (bf16 weights under plain AdamW
+    lose small updates: at lr 1e-6 one step moves ~2% of them); DeepSpeed's bf16 mode keeps its own float32 master
+    copy; FSDP2 shards float32 master weights, and a sharded checkpoint holds no Hugging Face weights, so its model
+    starts as the input model and the shards are loaded."""
     if params.lora.enabled:  # a frozen base in rl.dtype (always the stage's input model) and float32 adapters
         model = load_policy_model(paths.model, dtype=params.dtype, device=device)
-        model, adapters = attach_lora(model, params.lora, adapter_dir=None if source == paths.model else source)
-    else:
-        model = load_policy_model(paths.model if sharded else source, dtype="float32" if plain or sharded
-                                  else params.dtype, device=device)
+        return attach_lora(model, params.lora, adapter_dir=None if source == paths.model else source)
+    model = load_policy_model(paths.model if strategy.sharded else source, dtype=strategy.weights_dtype(params),
+                              device=device)
+    return model, None
+
+
+def update_config(params: RLParams, compute_dtype: torch.dtype, strategy: Strategy,
+                  backend: RolloutBackend) -> UpdateConfig:
+    """The update's settings: the objective's named functions and coefficients, the batch sizes, the autocast of a
+    strategy that computes over float32 weights, and the mismatch measurement of a separate rollout engine."""
+    return UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
+                        loss_type=params.loss_type, max_completion_length=params.max_completion_length,
+                        num_iterations=params.num_iterations, mini_batch_size=params.mini_batch_size,
+                        micro_batch_size=params.micro_batch_size, temperature=params.rollout.temperature,
+                        recompute_old_logprobs=params.old_logprobs == "recompute",
+                        entropy_coeff=params.entropy_coeff, surrogate=params.surrogate,
+                        token_weighting=params.token_weighting,
+                        entropy_advantage_coef=params.aepo.entropy_advantage_coef,
+                        autocast_dtype=compute_dtype if strategy.autocast and compute_dtype != torch.float32 else None,
+                        tis_cap=params.tis_cap, mismatch_every_step=backend.separate_engine)
+
+
+def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Path, total_steps: int,
+                device: str, ranks: Ranks = SINGLE) -> Parts:
+    """Load the policy from `source` (the SFT model or a checkpoint), the reference model (beta > 0), the optimiser
+    of the training strategy, the rollout policy of the rollout backend and its engine (in the environment of the
+    task source `tasks`), and the weight sync between them."""
+    strategy = get_strategy(params.distributed.strategy)
+    backend = rollout_backend(params.rollout.backend, device)
+    compute_dtype = resolve_dtype(params.dtype, device)
+    model, adapters = load_trained_model(params, paths, source, strategy, device)
     tokenizer = load_tokenizer(source)
     if params.distributed.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -276,29 +297,19 @@ def build_parts(params: RLParams, paths: RLPaths, tasks: TaskSource, source: Pat
     # a LoRA checkpoint holds adapters only, a sharded one no Hugging Face weights: the engine loads the input model
     # and gets the trained weights by the weight sync. A sharded model samples through a full copy of its own (its
     # forward is a collective, and each rank's episodes differ in length).
-    engine_source = paths.model if adapters is not None or sharded else source
-    sampler = load_policy_model(paths.model, dtype=params.dtype, device=device).eval() if sharded \
+    engine_source = paths.model if adapters is not None or strategy.sharded else source
+    sampler = load_policy_model(paths.model, dtype=params.dtype, device=device).eval() if strategy.sharded \
         else optimizer.unwrap()
-    policy = build_policy(sampler, tokenizer, engine_source, params.rollout, seed, device,
-                          dtype=str(compute_dtype).removeprefix("torch."))  # vLLM: the trainer's compute dtype
-    limits = params.rollout.to_limits()
-    engine = RolloutEngine(policy, tokenizer, tasks, limits, seed=seed, entropy_tokens=params.arpo.entropy_tokens)
-    config = UpdateConfig(epsilon=params.epsilon, epsilon_high=params.epsilon_high, beta=params.beta,
-                          loss_type=params.loss_type, max_completion_length=params.max_completion_length,
-                          num_iterations=params.num_iterations, mini_batch_size=params.mini_batch_size,
-                          micro_batch_size=params.micro_batch_size, temperature=params.rollout.temperature,
-                          recompute_old_logprobs=params.old_logprobs == "recompute",
-                          entropy_coeff=params.entropy_coeff,
-                          surrogate=params.surrogate, token_weighting=params.token_weighting,
-                          entropy_advantage_coef=params.aepo.entropy_advantage_coef,
-                          autocast_dtype=compute_dtype if plain and compute_dtype != torch.float32 else None,
-                          tis_cap=params.tis_cap,
-                          mismatch_every_step=getattr(policy, "engine", None) is not None)  # vLLM's own engine
+    sampling = rollout_sampling(params.rollout, seed, dtype=str(compute_dtype).removeprefix("torch."))
+    policy = backend.build(PolicyInputs(sampler, tokenizer, str(engine_source), sampling, device))
+    engine = RolloutEngine(policy, tokenizer, tasks, params.rollout.to_limits(), seed=seed,
+                           entropy_tokens=params.arpo.entropy_tokens)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    sync = build_weight_sync(policy, own_copy=True) if sharded else build_weight_sync(policy)
+    sync = backend.weight_sync(policy, strategy.sharded)
     if adapters is not None and source != paths.model:
         sync.push(optimizer.unwrap())  # the resumed adapters, merged, before the first rollout
-    return Parts(tokenizer, optimizer, engine, sync, ref_model, config, pad_id, ranks, adapters)
+    return Parts(tokenizer, optimizer, engine, backend, sync, ref_model,
+                 update_config(params, compute_dtype, strategy, backend), pad_id, ranks, adapters)
 
 
 @dataclass
@@ -332,9 +343,7 @@ def input_fingerprint(params: RLParams, paths: RLPaths, tasks: TaskSource) -> di
     the world and the RL queries; Tool-Star: the task file and the search corpus). A run resumes only from a checkpoint
     with the same fingerprint; the held-out queries of rl.eval only log, so turning the evaluation on or off keeps
     the checkpoints."""
-    dump = params.model_dump(mode="json")
-    if params.distributed.strategy == "fsdp2":  # its sharded checkpoints load onto any number of processes
-        dump["distributed"].pop("processes")
+    dump = get_strategy(params.distributed.strategy).fingerprint(params.model_dump(mode="json"))
     keyed, files = tasks.fingerprint(dump)
     return ckpt.fingerprint(keyed, {"model": paths.model, **files})
 
@@ -353,7 +362,7 @@ def start_run(params: RLParams, paths: RLPaths, tag: TagFn, run_id: str | None) 
     seed_everything(rank_seed(params.seed, ranks))
     inputs = input_fingerprint(params, paths, tasks=tasks)
     resume_dir, state = agreed_checkpoint(paths.checkpoints, inputs, ranks,
-                                          reshardable=params.distributed.strategy == "fsdp2")
+                                          reshardable=get_strategy(params.distributed.strategy).reshardable)
     parts = build_parts(params, paths, tasks, resume_dir or paths.model, total_steps, device, ranks=ranks)
     if resume_dir is not None:
         parts.optimizer.load(resume_dir)
@@ -524,7 +533,7 @@ def evaluate_step(run: TrainingRun, paths: RLPaths, step: int) -> dict[str, floa
     """Step 7: greedy evaluation on the held-out queries after `step` (0: the start model); adds its row to
     eval.csv and returns its `eval/*` metrics and the seconds it took."""
     start = time.perf_counter()
-    row = eval_row(step, evaluate_greedy(run.parts.engine, run.held_out))
+    row = eval_row(step, evaluate_greedy(run.parts.engine, run.parts.backend, run.held_out))
     run.eval_history.append(row)
     write_eval_csv(paths.eval_csv, run.eval_history, run.held_out)
     return {**eval_metrics(row, run.held_out), "time/eval_s": time.perf_counter() - start}
@@ -590,9 +599,7 @@ def train(params: RLParams, paths: RLPaths, log: LogFn = lambda metrics, step: N
     try:
         return run_steps(run, params, paths, log, progress_bar)
     finally:
-        close = getattr(run.parts.engine.policy, "close", None)
-        if close is not None:
-            close()  # the vLLM engine process (the transformers backend has nothing to stop)
+        run.parts.engine.policy.close()  # the vLLM engine process (the transformers backend has nothing to stop)
 
 
 def run_steps(run: TrainingRun, params: RLParams, paths: RLPaths, log: LogFn, progress_bar: bool) -> dict:
@@ -644,7 +651,7 @@ def run_steps(run: TrainingRun, params: RLParams, paths: RLPaths, log: LogFn, pr
 def finish_run(run: TrainingRun, params: RLParams, paths: RLPaths) -> dict:
     """Save the final model and write metrics/rl.json (rank 0); return its summary (empty on other ranks). A
     sharded model is first gathered, whole, onto rank 0's CPU."""
-    gathered = run.parts.optimizer.full_state_dict() if run.parts.optimizer.sharded else None  # every rank
+    gathered = run.parts.optimizer.full_state_dict()  # a sharded model: gathered by every rank, onto rank 0
     if not run.parts.ranks.main:
         return {}
     final = run.parts.optimizer.unwrap() if run.parts.adapters is None else merged_model(run.parts.adapters)

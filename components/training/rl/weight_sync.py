@@ -18,9 +18,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 from torch.distributed.tensor import DTensor
+
+
+class WeightSync(Protocol):
+    """Keeps a rollout policy's weights equal to the trainer's: `push(model)` after each update (returns the number
+    of tensors sent), `release()` before it (an engine frees the memory the update needs)."""
+
+    def push(self, model) -> int: ...
+    def release(self) -> None: ...
 
 
 class NoWeightSync:
@@ -106,12 +115,3 @@ class EngineWeightSync:
             self.asleep = False
         self.pushes += 1
         return sent
-
-
-def build_weight_sync(policy, own_copy: bool = False):
-    """EngineWeightSync for a vLLM policy; for a transformers policy, ModuleWeightSync into its model when it samples
-    with a copy of its own (`own_copy`: a sharded trainer), else NoWeightSync."""
-    engine = getattr(policy, "engine", None)
-    if engine is not None:
-        return EngineWeightSync(engine)
-    return ModuleWeightSync(policy.model) if own_copy else NoWeightSync()

@@ -58,7 +58,7 @@ def trained(model_dir: str, algorithm: str, knobs: dict, ranks):
     from transformers import AutoModelForCausalLM
 
     from components.training.rl.distributed import shard
-    from components.training.rl.optim import build_optimizer
+    from components.training.rl.strategies import build_optimizer
     from components.training.rl.params import RLParams
     from components.training.rl.trainer import Scored, step_advantages
     from components.training.rl.update import UpdateConfig, rollout_from_record, update_policy

@@ -187,7 +187,7 @@ def test_adamw_state_round_trips_exactly(tmp_path):
 def test_a_large_adam_epsilon_makes_the_first_step_follow_the_gradient_not_its_sign():
     """AdamW's first step is lr * g / (|g| + eps): with eps 1e-8 every weight moves by ~lr (the sign of its gradient,
     however small); with eps far above |g| the step is ~(lr / eps) * g, proportional to the gradient."""
-    from components.training.rl.optim import build_optimizer
+    from components.training.rl.strategies import build_optimizer
     from components.training.rl.params import RLParams
 
     def first_step(adam_epsilon: float) -> list[float]:
@@ -215,7 +215,7 @@ def test_the_optimizer_follows_the_learning_rate_schedule_step_by_step():
 
 
 def test_warmup_ratio_becomes_whole_warmup_steps_of_the_run():
-    from components.training.rl.optim import build_optimizer
+    from components.training.rl.strategies import build_optimizer
     from components.training.rl.params import RLParams
 
     params = RLParams.model_validate({"learning_rate": 0.1, "lr_scheduler_type": "constant", "warmup_ratio": 0.25})

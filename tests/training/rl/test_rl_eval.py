@@ -108,15 +108,14 @@ def test_a_resumed_run_keeps_its_evaluations_and_adds_the_rest(tmp_path, tiny_mo
 def test_the_greedy_twin_decodes_with_the_rollout_policys_own_model(tiny_model_dir):
     from components.agent.hf import HFPolicy
     from components.models.loading import load_policy_model, load_tokenizer
-    from components.training.rl.engine import greedy_policy
+    from components.training.rl.rollout_backends import ROLLOUT_BACKENDS
 
     model = load_policy_model(tiny_model_dir, device="cpu")
     sampler = HFPolicy(model, load_tokenizer(tiny_model_dir), temperature=0.6, chunk_tokens=32, max_batch_size=8)
-    twin = greedy_policy(sampler)
+    twin = ROLLOUT_BACKENDS["hf"].greedy(sampler)
     assert twin.model is model and twin.greedy and not sampler.greedy
     assert (twin.chunk_tokens, twin.max_batch_size) == (32, 8)
-    with pytest.raises(TypeError, match="no greedy twin for a object rollout policy"):
-        greedy_policy(object())
+    assert twin.caches is not sampler.caches  # its key/value caches are its own
 
 
 def test_the_greedy_twin_of_vllm_rollouts_decodes_on_the_same_weight_synced_engine(tiny_model_dir):
@@ -125,11 +124,11 @@ def test_the_greedy_twin_of_vllm_rollouts_decodes_on_the_same_weight_synced_engi
     from components.agent.engine_client import EngineOptions
     from components.agent.vllm_backend import VLLMPolicy
     from components.models.loading import load_tokenizer
-    from components.training.rl.engine import greedy_policy
+    from components.training.rl.rollout_backends import ROLLOUT_BACKENDS
 
     engine = SimpleNamespace(options=EngineOptions())  # passed in: no engine process is started
     sampler = VLLMPolicy("models/sft", tokenizer=load_tokenizer(tiny_model_dir), temperature=1.0, engine=engine)
-    twin = greedy_policy(sampler)
+    twin = ROLLOUT_BACKENDS["vllm"].greedy(sampler)
     assert twin.engine is engine and twin.temperature == 0.0 and sampler.temperature == 1.0
     assert twin.end_ids == sampler.end_ids
 

@@ -6,10 +6,22 @@ import pytest
 import torch
 
 from components.errors import UserError
-from components.training.rl.engine import build_policy, resolve_backend
-from components.training.rl.optim import build_optimizer, deepspeed_config
+from components.agent.backends import resolve_backend
+from components.training.rl.optim import deepspeed_config
 from components.training.rl.params import RLParams
-from components.training.rl.weight_sync import EngineWeightSync, NoWeightSync, build_weight_sync
+from components.training.rl.rollout_backends import ROLLOUT_BACKENDS, PolicyInputs, rollout_backend, rollout_sampling
+from components.training.rl.strategies import build_optimizer
+from components.training.rl.weight_sync import EngineWeightSync, NoWeightSync
+
+
+def engine_policy(rollout, tokenizer=None, dtype: str = "auto"):
+    """The rollout policy the trainer builds for `rollout` (RolloutParams) with the vLLM backend."""
+    inputs = PolicyInputs(None, tokenizer, "models/sft", rollout_sampling(rollout, seed=0, dtype=dtype), "cpu")
+    return rollout_backend(rollout.backend, "cpu").build(inputs)
+
+
+def engine_sync(engine):
+    return ROLLOUT_BACKENDS["vllm"].weight_sync(SimpleNamespace(engine=engine), False)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="deepspeed is installed here")
@@ -23,7 +35,7 @@ def test_vllm_rollouts_without_the_engine_environment_say_how_to_build_it(monkey
     monkeypatch.setenv("STAR_ENGINE_PYTHON", "none")
     rollout = RLParams.model_validate({"rollout": {"backend": "vllm"}}).rollout
     with pytest.raises(UserError, match=r"engine environment: run \./scripts/bootstrap\.sh.*backend hf"):
-        build_policy(None, None, "models/sft", rollout, seed=0, device="cpu")
+        engine_policy(rollout)
 
 
 def test_auto_backend_is_transformers_without_the_engine_environment(monkeypatch):
@@ -60,21 +72,25 @@ class RecordingEngine:
 def test_weight_sync_sends_every_parameter_to_the_engine():
     engine = RecordingEngine()
     model = torch.nn.Linear(3, 2)
-    sync = build_weight_sync(SimpleNamespace(engine=engine))
+    sync = engine_sync(engine)
     assert isinstance(sync, EngineWeightSync)
     assert sync.push(model) == 2
     assert torch.equal(engine.loaded["weight"], model.weight.data) and sync.pushes == 1
 
 
-def test_transformers_rollouts_need_no_weight_sync():
-    assert isinstance(build_weight_sync(SimpleNamespace()), NoWeightSync)
+def test_transformers_rollouts_need_no_weight_sync_unless_they_sample_from_a_copy():
+    from components.training.rl.weight_sync import ModuleWeightSync
+
+    policy = SimpleNamespace(model=torch.nn.Linear(2, 2))
+    assert isinstance(ROLLOUT_BACKENDS["hf"].weight_sync(policy, False), NoWeightSync)
+    assert isinstance(ROLLOUT_BACKENDS["hf"].weight_sync(policy, True), ModuleWeightSync)  # a sharded trainer's
 
 
 def test_a_sleep_mode_engine_sleeps_through_the_update_and_wakes_weights_before_its_kv_cache():
     """The order verl's hybrid engine uses: sleep (level 1) before the update; for the push, the weights wake, the
     new ones load, then the KV cache wakes; a second release before a push sleeps once."""
     engine = RecordingEngine(sleeps=True)
-    sync = build_weight_sync(SimpleNamespace(engine=engine))
+    sync = engine_sync(engine)
     sync.release()
     sync.release()
     assert sync.push(torch.nn.Linear(2, 2)) == 2
@@ -86,7 +102,7 @@ def test_a_sleep_mode_engine_sleeps_through_the_update_and_wakes_weights_before_
 
 def test_an_engine_without_sleep_mode_is_never_put_to_sleep():
     engine = RecordingEngine(sleeps=False)
-    sync = build_weight_sync(SimpleNamespace(engine=engine))
+    sync = engine_sync(engine)
     sync.release()
     sync.push(torch.nn.Linear(2, 2))
     assert engine.calls == ["load weight", "load bias"]
@@ -104,11 +120,11 @@ def test_rl_asks_for_an_engine_in_sleep_mode_where_the_platform_has_it_unless_to
             self.options = options
 
     monkeypatch.setattr(vllm_backend, "EngineProcess", RecordingEngineProcess)
-    monkeypatch.setattr("components.training.rl.engine.require_engine_python", lambda: None)
+    monkeypatch.setattr("components.training.rl.rollout_backends.require_engine_python", lambda: None)
     monkeypatch.setattr(vllm_backend, "model_generation_config", lambda model: None)
     tokenizer = SimpleNamespace(convert_tokens_to_ids=lambda token: 2, eos_token_id=2, unk_token_id=0)
     for release in (True, False, "auto"):
         rollout = RLParams.model_validate({"rollout": {"backend": "vllm", "release_engine_memory": release}}).rollout
-        policy = build_policy(None, tokenizer, "models/sft", rollout, seed=0, device="cpu", dtype="float32")
+        policy = engine_policy(rollout, tokenizer, dtype="float32")
         assert policy.sleep_mode == release and started[-1].sleep_mode == release
         assert started[-1].dtype == "float32"

@@ -87,6 +87,8 @@ def test_a_resumed_lora_run_pushes_its_adapters_to_the_engine_before_the_first_r
                                                                                       monkeypatch):
     """The engine loads the base (a LoRA checkpoint holds adapters only); the resumed adapters reach it, merged,
     through the weight sync before any rollout."""
+    import dataclasses
+
     from components.training.rl import trainer
 
     paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
@@ -98,8 +100,13 @@ def test_a_resumed_lora_run_pushes_its_adapters_to_the_engine_before_the_first_r
             pushes.append(len(pushes))
             return 0
 
-    original = trainer.build_policy
-    monkeypatch.setattr(trainer, "build_weight_sync", lambda policy: Recorder())
-    monkeypatch.setattr(trainer, "build_policy", lambda *a, **k: sources.append(a[2]) or original(*a, **k))
+    real = trainer.rollout_backend
+
+    def recording(name, device=None):  # the run's backend, recording what it loads and what it is pushed
+        backend = real(name, device)
+        return dataclasses.replace(backend, weight_sync=lambda policy, own_copy: Recorder(),
+                                   build=lambda inputs: sources.append(inputs.checkpoint) or backend.build(inputs))
+
+    monkeypatch.setattr(trainer, "rollout_backend", recording)
     run = trainer.start_run(RLParams.model_validate({**LORA, "max_steps": 3}), paths, lambda tags: None, None)
-    assert run.resumed_from == 2 and pushes == [0] and sources == [tiny_model_dir]
+    assert run.resumed_from == 2 and pushes == [0] and sources == [str(tiny_model_dir)]

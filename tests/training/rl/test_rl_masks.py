@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from components.agent import loop
-from components.agent.types import TurnResult
+from components.agent.types import TurnPolicy, TurnResult
 from components.training.rl.losses import policy_loss
 from components.training.rl.update import Rollout, pad_batch, rollout_from_record, sequence_logprobs
 from components.travel.env import TravelEnv
@@ -22,7 +22,7 @@ def call(tool: str, **arguments) -> str:
     return f'<think>look</think><tool_call>{json.dumps({"name": tool, "arguments": arguments})}</tool_call>'
 
 
-class ScriptedTokenPolicy:
+class ScriptedTokenPolicy(TurnPolicy):
     """A token backend that plays a script: turn k of every episode is `script[k]`. A turn given as ("cut", n)
     samples the first tokens of a long text and never reaches `<|im_end|>` (the per-turn limit of n tokens cuts it)."""
 
