@@ -7,7 +7,15 @@ Every sampler is a function `(SamplerInputs) -> StepBatch`:
 - `arpo`: ARPO's tree, branching after high-entropy tool responses (arpo.budget trajectories per query);
 - `aepo`: AEPO's tree: entropy pre-monitoring and the consecutive-branch penalty on ARPO's.
 
-A new sampler is one function and one `register_sampler(name, fn)`.
+A new algorithm with a sampler of its own is one module and one registration (docs/architecture.md, "Adding an
+algorithm"):
+
+    from components.training.rl.algorithms import Algorithm
+    from components.training.rl.samplers import StepBatch, add_algorithm
+
+    def sample_mine(inputs) -> StepBatch: ...
+
+    add_algorithm(Algorithm(name="mine", sampler="mine"), sample_mine)
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from components.agent.environment import TaskSource
+from components.training.rl.algorithms import Algorithm, register_algorithm, unregister_algorithm
 from components.training.rl.aepo import aepo_rollouts
 from components.training.rl.arpo import ArpoGroups, arpo_rollouts
 from components.training.rl.dapo import dynamic_sampling
@@ -71,6 +80,28 @@ def register_sampler(name: str, sampler: Sampler) -> Sampler:
 
 def unregister_sampler(name: str) -> None:
     SAMPLERS.pop(name, None)
+
+
+def add_algorithm(algorithm: Algorithm, sampler: Sampler | None = None) -> Algorithm:
+    """Register `algorithm` and, when given, `sampler` under the algorithm's sampler name (one call for an algorithm
+    that samples in a way of its own)."""
+    if sampler is not None:
+        register_sampler(algorithm.sampler, sampler)
+    elif algorithm.sampler not in SAMPLERS:
+        raise ValueError(f"algorithm {algorithm.name!r} names sampler {algorithm.sampler!r}, which is not registered: "
+                         f"pass its function, or name one of {', '.join(SAMPLERS)}")
+    return register_algorithm(algorithm)
+
+
+def remove_algorithm(name: str) -> None:
+    """Unregister the algorithm `name` and the sampler it brought (the registered samplers of other algorithms
+    stay)."""
+    from components.training.rl.algorithms import ALGORITHMS
+
+    algorithm = ALGORITHMS.get(name)
+    unregister_algorithm(name)
+    if algorithm is not None and not any(a.sampler == algorithm.sampler for a in ALGORITHMS.values()):
+        unregister_sampler(algorithm.sampler)
 
 
 def get_sampler(name: str) -> Sampler:
