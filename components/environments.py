@@ -88,6 +88,16 @@ def load_source(kind: str, inputs: SourceInputs) -> TaskSource:
     return source_module(kind).load_source(inputs)
 
 
+def reward_params(kind: str) -> type:
+    """The `rl.reward` params model of the environment `kind` (its source module's `REWARD_PARAMS`, a subclass of
+    `components.agent.environment.RewardParams`)."""
+    module = source_module(kind)
+    if not hasattr(module, "REWARD_PARAMS"):
+        raise UserError(f"the {kind} environment's {module.__name__} has no REWARD_PARAMS: define its rl.reward params "
+                        "there (a subclass of components.agent.environment.RewardParams with its `kind`)")
+    return module.REWARD_PARAMS
+
+
 def reward_columns(kind: str) -> list[str]:
     """plots/rl/rewards.csv's columns for the environment `kind`."""
     return list(source_module(kind).REWARD_COLUMNS)

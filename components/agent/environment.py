@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from components.params import Params
+
 
 @dataclass
 class Step:
@@ -89,6 +91,13 @@ class TaskReward:
     format_applied: bool
 
 
+class RewardParams(Params):
+    """The base of an environment's `rl.reward` params (its source module's `REWARD_PARAMS`): every environment
+    names the kind of reward a run trains on."""
+
+    kind: str
+
+
 @dataclass(frozen=True)
 class SourceInputs:
     """Where an environment's task source reads its records and its other inputs.
@@ -96,7 +105,7 @@ class SourceInputs:
     `tasks`: the task file (travel: a query JSONL; toolstar: a task JSONL); `files`: the environment's other inputs
     by name (travel: "world"; toolstar: "qa", the search corpus folder, and "params", params/toolstar.yaml);
     `max_items`: the first N records only; `failure_rate`: injected tool failures; `reward`: the RL reward settings
-    (`rl.reward` as a dict; an environment reads the keys it knows); `full_evaluation`: `evaluate` scores every
+    (`rl.reward`, parsed as the environment's own `REWARD_PARAMS`; None: its defaults); `full_evaluation`: `evaluate` scores every
     mode the environment has, not only what its reward reads (travel: the official evaluator beside the strict
     one; an environment with one mode has nothing more to add)."""
 
@@ -104,7 +113,7 @@ class SourceInputs:
     files: dict[str, Path | None] = field(default_factory=dict)
     max_items: int | None = None
     failure_rate: float = 0.0
-    reward: dict = field(default_factory=dict)
+    reward: RewardParams | None = None
     full_evaluation: bool = False
 
 

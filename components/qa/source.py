@@ -8,8 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from components.agent.environment import RewardParams as EnvironmentRewardParams
 from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
 from components.errors import UserError
@@ -20,6 +21,15 @@ from components.qa.tasks import load_jsonl_dataset
 from components.retrieval import BM25Retriever, load_corpus
 
 KIND = "qa"
+
+
+class RewardParams(EnvironmentRewardParams):
+    """`rl.reward` of a qa run: the answer's exact match."""
+
+    kind: Literal["qa"] = "qa"
+
+
+REWARD_PARAMS = RewardParams  # rl.reward of a qa run
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "em", "f1", "format_error_rate"]
 EVAL_METRICS = ["em", "f1"]  # rl.eval's set metrics (eval.csv)
 EVAL_CHECKS = ["answered", "exact"]  # `check_rates`

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from components.agent.environment import RewardParams as EnvironmentRewardParams
 from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
 from components.errors import UserError
@@ -24,6 +25,15 @@ from components.toolstar.reward import Metric
 from components.toolstar.tasks import Task, read_tasks
 
 KIND = "toolstar"
+
+
+class RewardParams(EnvironmentRewardParams):
+    """`rl.reward` of a toolstar run: Tool-Star's reward (-1 for a format error, the answer's score, +0.1 for both tools; params/toolstar.yaml sets its metric)."""
+
+    kind: Literal["toolstar"] = "toolstar"
+
+
+REWARD_PARAMS = RewardParams  # rl.reward of a toolstar run
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "score", "bonus", "em", "f1",
                   "format_error_rate"]
 EVAL_METRICS = ["accuracy", "mean_reward", "answer_rate", "em", "f1"]  # rl.eval's set metrics (eval.csv)

@@ -14,7 +14,11 @@ commonsense check, so all three kinds give such a plan 0.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal
 
+from pydantic import field_validator
+
+from components.agent.environment import RewardParams as EnvironmentRewardParams
 from components.travel.evaluate import COMMONSENSE_CHECKS, PlanEvaluation
 
 KINDS = ("sum", "macro", "success", "curriculum")
@@ -31,6 +35,27 @@ class RewardWeights:
     cs_macro: float = 1.0
     hard_macro: float = 1.0
     success: float = 1.0
+
+
+class RewardParams(EnvironmentRewardParams):
+    """`rl.reward` of a travel run: how a strict evaluation becomes a scalar reward."""
+
+    kind: Literal["sum", "macro", "success", "curriculum"] = "sum"
+    format_reward: float = 0.0  # for no parseable plan or a protocol failure (0 by default; may be negative)
+    curriculum_boundaries: tuple[float, float] = (1 / 3, 2 / 3)  # SUM before, MACRO between, SUCCESS after
+    weights: dict[str, float] | None = None  # component -> weight for SUM/MACRO (None: equal weights)
+
+    @field_validator("weights")
+    @classmethod
+    def _known_components(cls, weights: dict[str, float] | None) -> dict[str, float] | None:
+        unknown = set(weights or {}) - set(COMPONENTS)
+        if unknown:
+            raise ValueError(f"unknown components {sorted(unknown)}; use {list(COMPONENTS)}")
+        return weights
+
+    def reward_weights(self) -> RewardWeights | None:
+        """`weights` as RewardWeights (None: equal weights)."""
+        return None if self.weights is None else RewardWeights(**self.weights)
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,12 @@ from components.travel.evaluate import PlanEvaluation, evaluate_plan, travel_eva
 from components.travel.evaluate import COMMONSENSE_CHECKS, HARD_CHECKS
 from components.travel.expert import ExpertConfig, ExpertPolicy
 from components.travel.metrics import summarize
-from components.travel.reward import COMPONENTS, RewardWeights, reward
+from components.travel.reward import COMPONENTS, RewardParams, reward
 from components.travel.tasks import level_stratified_prefix, load_queries
 from components.travel.world import World
 
 KIND = "travel"
+REWARD_PARAMS = RewardParams  # rl.reward of a travel run
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "cs_micro", "hard_micro", "cs_macro", "hard_macro",
                   "success", "format_error_rate"]
 PROTOCOL_FAILURES = ("protocol_errors",)
@@ -41,25 +42,14 @@ def strict_evaluation(world, query, record: dict) -> dict:
     return {"strict": evaluate_plan(world, query, record.get("plan"), mode="strict").to_dict()}
 
 
-def reward_weights(weights: dict[str, float] | None) -> RewardWeights | None:
-    """`reward.weights` as RewardWeights (None: equal weights)."""
-    if weights is None:
-        return None
-    unknown = set(weights) - set(COMPONENTS)
-    if unknown:
-        raise ValueError(f"rl.reward.weights has unknown components {sorted(unknown)}; use {list(COMPONENTS)}")
-    return RewardWeights(**weights)
-
-
-def task_reward(record: dict, settings: dict, progress: float) -> TaskReward:
-    """The STAR reward of one finished rollout at training progress `progress` in [0, 1]; `settings` are
-    `rl.reward`'s kind, weights, curriculum_boundaries and format_reward."""
+def task_reward(record: dict, settings: RewardParams, progress: float) -> TaskReward:
+    """The STAR reward of one finished rollout at training progress `progress` in [0, 1] with the `rl.reward`
+    `settings` (kind, weights, curriculum boundaries, format reward)."""
     strict = (record.get("evaluation") or {}).get("strict")
     evaluation = PlanEvaluation.from_dict(strict) if strict else None
     breakdown = reward(
-        evaluation, settings.get("kind", "sum"), progress=progress, weights=reward_weights(settings.get("weights")),
-        curriculum_boundaries=tuple(settings.get("curriculum_boundaries", (1 / 3, 2 / 3))),
-        format_reward=settings.get("format_reward", 0.0),
+        evaluation, settings.kind, progress=progress, weights=settings.reward_weights(),
+        curriculum_boundaries=settings.curriculum_boundaries, format_reward=settings.format_reward,
         protocol_failure=record.get("termination") in PROTOCOL_FAILURES,
     )
     return TaskReward(value=breakdown.reward, kind=breakdown.kind,
@@ -99,7 +89,7 @@ class TravelSource:
     world: Any
     items: list = field(default_factory=list)  # the queries (`Query`)
     failure_rate: float = 0.0  # injected transient tool failures
-    reward_settings: dict = field(default_factory=dict)  # rl.reward
+    reward_settings: RewardParams = field(default_factory=RewardParams)  # rl.reward
     world_dir: Path | None = None
     tasks_path: Path | None = None
     full_evaluation: bool = False  # evaluate in both modes (strict and official), not only the reward's strict
@@ -162,7 +152,7 @@ def load_source(inputs: SourceInputs) -> TravelSource:
     if world_dir is None or not Path(world_dir).exists():
         raise UserError(f"world directory {world_dir} does not exist (run the `world` stage: dvc repro world)")
     return TravelSource(World.load(world_dir), queries, failure_rate=inputs.failure_rate,
-                        reward_settings=dict(inputs.reward), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks),
+                        reward_settings=inputs.reward or RewardParams(), world_dir=Path(world_dir), tasks_path=Path(inputs.tasks),
                         full_evaluation=inputs.full_evaluation)
 
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Literal
 
+from components.agent.environment import RewardParams as EnvironmentRewardParams
 from components.agent.environment import SourceInputs, TaskReward
 from components.agent.loop import Episode
 from fourth_env.env import LookupEnv
@@ -13,6 +15,15 @@ from fourth_env.reward import task_reward
 from fourth_env.tasks import read_tasks
 
 KIND = "lookup"
+
+
+class RewardParams(EnvironmentRewardParams):
+    """`rl.reward` of a lookup run: 1 for the right value."""
+
+    kind: Literal["lookup"] = "lookup"
+
+
+REWARD_PARAMS = RewardParams  # rl.reward of a lookup run
 REWARD_COLUMNS = ["step", "reward", "reward_std", "task_reward", "success", "format_error_rate"]
 
 

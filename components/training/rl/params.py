@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SerializeAsAny, ValidationError, field_validator, model_validator
 
+from components import environments
+from components.agent.environment import RewardParams
 from components.agent.params import DecoderParams, LimitsParams
 from components.params import Params
 from components.training.rl.algorithms import Algorithm, get_algorithm, with_defaults
@@ -28,15 +30,6 @@ REPLACED_SWITCHES = {
     ("dynamic_sampling", "enabled"): "rl.algorithm: dapo selects DAPO's dynamic sampling",
     ("aepo", "entropy_clipping"): "rl.surrogate: entropy_balanced (AEPO's default) or clipped",
 }
-
-
-class RewardParams(Params):
-    """How a strict evaluation becomes a scalar reward (the kinds and components: `components.travel.reward`)."""
-
-    kind: Literal["sum", "macro", "success", "curriculum"] = "sum"
-    format_reward: float = 0.0  # for no parseable plan or a protocol failure (0 by default; may be negative)
-    curriculum_boundaries: tuple[float, float] = (1 / 3, 2 / 3)  # SUM before, MACRO between, SUCCESS after
-    weights: dict[str, float] | None = None  # component -> weight for SUM/MACRO (None: equal weights)
 
 
 class DynamicSamplingParams(Params):
@@ -198,7 +191,9 @@ class RLParams(Params):
     surrogate: Literal["clipped", "entropy_balanced"] = "clipped"  # losses.SURROGATES: PPO's, or AEPO's
     token_weighting: Literal["none", "entropy_aware"] = "none"  # advantages.TOKEN_WEIGHTINGS: AEPO's entropy-aware
     max_completion_length: int = Field(4096, gt=0)  # Dr.GRPO's constant L_max
-    reward: RewardParams = RewardParams()
+    # the environment's own reward params (its source module's REWARD_PARAMS; travel: the STAR kinds, weights,
+    # curriculum boundaries and format reward), parsed for env.kind
+    reward: SerializeAsAny[RewardParams] = Field(default_factory=lambda: environments.reward_params("travel")())
     dynamic_sampling: DynamicSamplingParams = DynamicSamplingParams()
     overlong: OverlongParams = OverlongParams()
     arpo: ArpoParams = ArpoParams()
@@ -217,6 +212,22 @@ class RLParams(Params):
     def _registered(cls, name: str) -> str:
         get_algorithm(name)  # a ValueError that lists the registered algorithms
         return name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_reward(cls, data: Any) -> Any:
+        """`reward` parsed as the reward params of `env.kind`'s environment (one model, one set of defaults)."""
+        if not isinstance(data, dict) or isinstance(data.get("reward"), RewardParams):
+            return data
+        env = data.get("env")
+        kind = env.get("kind", "travel") if isinstance(env, dict) else env.kind if isinstance(env, EnvParams) else "travel"
+        environments.check_kind(kind)  # a ValueError naming the registered kinds
+        try:
+            reward = environments.reward_params(kind).model_validate(data.get("reward") or {})
+        except ValidationError as exc:
+            problems = "; ".join(f"reward.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{problems} (the rl.reward params of env.kind {kind})") from None
+        return {**data, "reward": reward}
 
     @model_validator(mode="before")
     @classmethod
@@ -269,8 +280,8 @@ class RLParams(Params):
 
     @property
     def reward_kind(self) -> str:
-        """The reward a run trains on: the STAR kind (travel) or the environment's own (its kind)."""
-        return self.reward.kind if self.env.kind == "travel" else self.env.kind
+        """The reward a run trains on: the environment's reward kind (travel: the STAR kind)."""
+        return self.reward.kind
 
     @property
     def spec(self) -> Algorithm:

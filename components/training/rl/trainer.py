@@ -220,7 +220,7 @@ def source_inputs(params: RLParams, paths: RLPaths) -> SourceInputs:
     """What the environment of `rl.env.kind` reads: the task file and the environment's other inputs."""
     files = {"world": paths.world, "qa": paths.qa, "params": paths.toolstar_params}
     return SourceInputs(tasks=paths.queries, files=files, max_items=params.max_queries, failure_rate=params.env.failure_rate,
-                        reward=params.reward.model_dump(mode="json"))
+                        reward=params.reward)
 
 
 def load_task_source(params: RLParams, paths: RLPaths) -> TaskSource:

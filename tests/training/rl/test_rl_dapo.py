@@ -61,7 +61,7 @@ def test_dynamic_sampling_drops_failed_episodes_that_differ_only_in_length():
                                       "overlong": {"max_tokens": 100, "cache_tokens": 50}})
     failed = [{"plan": None, "termination": "turn_limit", "response_mask": [1] * length}
               for length in (10, 20, 30, 90)]
-    source = TravelSource(world=None, reward_settings=params.reward.model_dump(mode="json"))
+    source = TravelSource(world=None, reward_settings=params.reward)
     totals = [trajectory_reward(source, r, params, 0.0).total for r in failed]
     assert len(set(totals)) == 2  # the long one carries an overlong penalty: the totals differ
     engine = SimpleNamespace(groups=lambda queries, g: [failed], source=source)

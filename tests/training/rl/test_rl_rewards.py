@@ -9,7 +9,7 @@ from components.travel.source import TravelSource, check_pass_rates, strict_eval
 
 def trajectory_reward(record: dict, params: RLParams, progress: float):
     """The reward RL trains on for a travel rollout under `params`."""
-    source = TravelSource(world=None, reward_settings=params.reward.model_dump(mode="json"))
+    source = TravelSource(world=None, reward_settings=params.reward)
     return shaped_reward(source, record, params, progress)
 
 
@@ -67,3 +67,20 @@ def test_strict_evaluation_of_a_missing_plan_fails_every_applicable_check(tiny_w
     rates = check_pass_rates([{"evaluation": evaluation}])
     assert rates["is_not_absent"] == 0.0 and rates["valid_cost"] == 0.0
     assert "valid_cuisine" not in rates  # n/a for a query without a cuisine constraint
+
+
+def test_rl_reward_is_the_environments_own_typed_params():
+    """`rl.reward` is parsed by the environment of `env.kind` (its `REWARD_PARAMS`): one model, one set of defaults,
+    handed to the task source as it is."""
+    from components.params import ParamsError, parse_section
+    from components.toolstar.source import RewardParams as ToolStarReward
+    from components.travel.reward import RewardParams as TravelReward
+
+    travel = RLParams.model_validate({"reward": {"kind": "macro", "weights": {"success": 2.0}}})
+    assert isinstance(travel.reward, TravelReward) and travel.reward.reward_weights().success == 2.0
+    assert travel.model_dump(mode="json")["reward"]["kind"] == "macro"  # the fingerprint hashes every field
+    assert isinstance(RLParams(env={"kind": "toolstar"}).reward, ToolStarReward)
+    with pytest.raises(ParamsError, match=r"reward.weights: .*unknown components \['bogus'\]"):
+        parse_section({"rl": {"reward": {"weights": {"bogus": 1.0}}}}, "rl", RLParams)
+    with pytest.raises(ParamsError, match="reward.format_reward: Extra inputs .* env.kind toolstar"):
+        parse_section({"rl": {"env": {"kind": "toolstar"}, "reward": {"format_reward": -1.0}}}, "rl", RLParams)
