@@ -32,6 +32,7 @@ from pathlib import Path
 
 from components.errors import UserError
 from components.training.rl.params import RLParams
+from components.training.rl.strategies import get_strategy
 
 GIB = 1024 ** 3
 
@@ -164,12 +165,8 @@ def make_plan(params: RLParams, architecture: Architecture, vllm: bool = True) -
     context = params.rollout.max_context_tokens
     tokens = params.micro_batch_size * context
     per_layer = (6 * arch.hidden_size + 2 * arch.kv_width + 4 * arch.intermediate_size) * 2
-    strategy = params.distributed.strategy
-    weights = 4 * p if strategy in ("none", "fsdp2") else 2 * p
-    gradients = 4 * p if strategy in ("none", "fsdp2") else 2 * p
-    optimizer = 8 * p if strategy in ("none", "fsdp2") else 12 * p
-    if strategy == "fsdp2":  # float32 master weights, gradients and moments: each rank holds 1/N of them
-        weights, gradients, optimizer = (-(-n // processes) for n in (weights, gradients, optimizer))
+    strategy = get_strategy(params.distributed.strategy)
+    weights, gradients, optimizer = strategy.state_bytes(p, processes)  # fsdp2: each rank holds 1/N of them
     if params.lora.enabled:
         adapters = arch.lora_parameters(params.lora.r, params.lora.target_modules)
         weights, gradients, optimizer = 2 * p + 4 * adapters, 4 * adapters, 8 * adapters
@@ -183,7 +180,7 @@ def make_plan(params: RLParams, architecture: Architecture, vllm: bool = True) -
         activations_checkpointed=tokens * arch.num_layers * 2 * arch.hidden_size + tokens * per_layer,
         logits=min(tokens, params.micro_batch_size * turn_budget) * arch.vocab_size * 4,
         reference=2 * p if params.beta > 0 else 0,
-        engine_weights=2 * p if vllm or strategy == "fsdp2" else 0,
+        engine_weights=2 * p if vllm or strategy.sharded else 0,  # a sharded trainer samples from a full copy
         kv_cache=per_gpu * context * 2 * arch.num_layers * arch.kv_width * 2 if vllm else 0,
         episodes_per_gpu=per_gpu, tokens_per_step=episodes * context, sampled_tokens_per_step=episodes * turn_budget,
         gradient_checkpointing=params.distributed.gradient_checkpointing, vllm=vllm,
@@ -200,7 +197,7 @@ def render(plan: Plan, gpu_gib: float) -> str:
     arch, gpu = plan.architecture, int(gpu_gib * GIB)
     checkpointed = "on" if plan.gradient_checkpointing else "off"
     sharded = (f" (weights, gradients and optimiser states sharded over {plan.processes})"
-               if plan.strategy == "fsdp2" else "")
+               if get_strategy(plan.strategy).sharded else "")
     lines = [
         f"model: {arch.name}, {arch.parameters / 1e9:.2f}B parameters ({arch.num_layers} layers, hidden "
         f"{arch.hidden_size}, vocabulary {arch.vocab_size:,})",

@@ -17,16 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-
-from components.models.loading import resolve_dtype
-from components.training.rl.adamw import Optimizer
-from components.training.rl.distributed import SINGLE, Ranks
 from components.training.rl.params import RLParams
-from components.training.schedule import warmup_steps
 
-OptimizerFactory = Callable[[torch.nn.Module, RLParams, dict, Ranks], Optimizer]
+if TYPE_CHECKING:  # the wrappers (and torch) load when a run builds its optimiser: `star rl --plan` needs neither
+    import torch
+
+    from components.training.rl.adamw import Optimizer
+    from components.training.rl.distributed import Ranks
+
+OptimizerFactory = Callable[["torch.nn.Module", RLParams, dict, "Ranks"], "Optimizer"]
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,20 @@ class Strategy:
     optimizer: OptimizerFactory  # (model, params, the AdamW and schedule settings, ranks) -> the wrapper
     float32_master: bool  # the model is loaded in float32 (master weights); else in rl.dtype
     autocast: bool  # the update autocasts to rl.dtype over the float32 weights (else the strategy casts itself)
-    sharded: bool = False  # the model starts from the input model, checkpoints hold shards, rollouts use a copy
+    # bytes per parameter of the training state on one process (before sharding): weights, gradients, optimiser
+    bytes_per_parameter: tuple[int, int, int] = (4, 4, 8)  # float32 weights and gradients, AdamW's two moments
+    sharded: bool = False  # the state is split over the processes, the model starts from the input model, the
+    # checkpoints hold shards and the rollouts sample from a full copy of the weights
     reshardable: bool = False  # a checkpoint loads onto another number of processes (dropped from the fingerprint)
 
     def weights_dtype(self, params: RLParams) -> str:
         return "float32" if self.float32_master else params.dtype
+
+    def state_bytes(self, parameters: int, processes: int) -> tuple[int, int, int]:
+        """(weights, gradients, optimiser state) bytes on each process for a model of `parameters`."""
+        per_process = processes if self.sharded else 1
+        weights, gradients, optimizer = (-(-n * parameters // per_process) for n in self.bytes_per_parameter)
+        return weights, gradients, optimizer
 
     def fingerprint(self, dump: dict) -> dict:
         """The params dump a run's checkpoints are keyed by, less what this strategy lets change across a resume."""
@@ -63,6 +73,7 @@ def deepspeed_optimizer(model, params: RLParams, common: dict, ranks: Ranks) -> 
 
 
 def fsdp2_optimizer(model, params: RLParams, common: dict, ranks: Ranks) -> Optimizer:
+    from components.models.loading import resolve_dtype
     from components.training.rl.fsdp import FSDPOptimizer
 
     device = str(next(model.parameters()).device)
@@ -86,13 +97,20 @@ def get_strategy(name: str) -> Strategy:
 
 
 register_strategy(Strategy("none", plain_optimizer, float32_master=True, autocast=True))
-register_strategy(Strategy("deepspeed", deepspeed_optimizer, float32_master=False, autocast=False))
+# DeepSpeed's bf16 mode: bf16 weights and gradients, float32 master weights and moments (12 bytes)
+register_strategy(Strategy("deepspeed", deepspeed_optimizer, float32_master=False, autocast=False,
+                           bytes_per_parameter=(2, 2, 12)))
 register_strategy(Strategy("fsdp2", fsdp2_optimizer, float32_master=True, autocast=False, sharded=True,
                            reshardable=True))
 
 
-def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int, ranks: Ranks = SINGLE) -> Optimizer:
-    """The optimiser wrapper of `params.distributed.strategy` over `model`, with rl's AdamW and schedule settings."""
+def build_optimizer(model: torch.nn.Module, params: RLParams, total_steps: int, ranks: Ranks | None = None) -> Optimizer:
+    """The optimiser wrapper of `params.distributed.strategy` over `model`, with rl's AdamW and schedule settings
+    (`ranks`: the data-parallel world; None: this process alone)."""
+    from components.training.rl.distributed import SINGLE
+    from components.training.schedule import warmup_steps
+
+    ranks = SINGLE if ranks is None else ranks
     common = dict(learning_rate=params.learning_rate, weight_decay=params.weight_decay,
                   adam_epsilon=params.adam_epsilon, max_grad_norm=params.max_grad_norm,
                   scheduler=params.lr_scheduler_type, warmup_steps=warmup_steps(params.warmup_ratio, total_steps),
