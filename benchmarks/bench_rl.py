@@ -39,6 +39,7 @@ from components.training.rl.trainer import RLPaths, train
 from components.training.rl.update import UpdateConfig, fill_logprobs, rollout_from_record, update_policy
 from components.travel.tasks import dump_queries
 from components.travel.synthetic import tiny_world_params, write_synthetic_world
+from components.travel.source import TravelSource
 from components.travel.world import World
 from random_base import add_model_arguments, describe, random_base
 
@@ -144,17 +145,18 @@ def main() -> None:
         tmp = Path(tmp)
         write_synthetic_world(tiny_world_params(), tmp / "world")
         world = World.load(tmp / "world")
+        source = TravelSource(world)  # what the engine rolls out
         splits, _ = synthesize_splits(world, QueriesParams(sizes={"sft": 0, "rl": args.queries, "val": 0}, days=(3,)),
                                       progress=False)
         queries = splits["rl"]
         dump_queries(queries, tmp / "rl.jsonl")
 
         tokenizer, model = random_base(args.layers, seed=0)
-        records = expert_records(world, queries, tokenizer)
+        records = expert_records(source, queries, tokenizer)
         save_checkpoint(model, tokenizer, tmp / "model", stage="bench")
 
-        batched = rollout_throughput(model, tokenizer, world, queries, args.group_size, None, rollout)
-        single = rollout_throughput(model, tokenizer, world, queries[: max(1, args.queries // 4)], args.group_size,
+        batched = rollout_throughput(model, tokenizer, source, queries, args.group_size, None, rollout)
+        single = rollout_throughput(model, tokenizer, source, queries[: max(1, args.queries // 4)], args.group_size,
                                     1, rollout)
         pad_id = tokenizer.pad_token_id
         update_throughput(model, records, 4, pad_id)  # untimed warm-up: the first update pays one-off allocations

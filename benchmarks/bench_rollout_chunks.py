@@ -45,6 +45,7 @@ from components.models.attention import CPU_DECODE_ATTENTION, register_cpu_decod
 from components.models.loading import load_policy_model, load_tokenizer
 from components.training.rl.engine import RolloutEngine
 from components.travel.tasks import load_queries
+from components.travel.source import TravelSource
 from components.travel.world import World
 from components.agent.types import TurnPolicy
 
@@ -129,7 +130,7 @@ def main() -> None:
 
     tokenizer = load_tokenizer(args.model)
     model = load_policy_model(args.model, device="cpu")
-    world = World.load(args.world)
+    world = TravelSource(World.load(args.world))  # the engine rolls out a task source
     queries = load_queries(args.queries)[: args.max_queries]
     rollouts(model, tokenizer, world, queries[:2], args.temperature, None)  # warm-up (allocator, kernels)
 
