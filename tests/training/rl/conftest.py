@@ -1,11 +1,20 @@
-"""Fixtures for the RL tests: a small random Llama model with SmolLM2's tokenizer saved like any checkpoint, and RL queries over the
-tiny synthetic world (tests/conftest.py's `tiny_world_dir`)."""
+"""Fixtures for the RL tests: a small random Llama model with SmolLM2's tokenizer saved like any checkpoint, RL
+queries over the tiny synthetic world (tests/conftest.py's `tiny_world_dir`), and RL runs over them, each trained
+once per session."""
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from components.training.rl.trainer import RLPaths
+
+OUTPUTS = ("out", "checkpoints", "metrics", "plots")  # the RLPaths a run writes (the others are its inputs)
 
 
 def make_queries(world, count: int = 6) -> list[dict]:
@@ -43,3 +52,68 @@ def tiny_model_dir(small_model_factory, smol_tokenizer, tmp_path_factory) -> Pat
     out = tmp_path_factory.mktemp("tiny_model")
     save_checkpoint(model, smol_tokenizer, out, stage="test")
     return out
+
+
+@pytest.fixture(scope="session")
+def rl_paths(tiny_model_dir, tiny_world_dir, rl_queries_path):
+    """`rl_paths(folder)`: the RL stage's paths over the tiny model, world and queries, its outputs laid out under
+    `folder` as under the repository (models/rl, checkpoints/rl, metrics/rl.json, plots/rl)."""
+    from components.training.rl.trainer import RLPaths
+
+    def under(folder: Path) -> RLPaths:
+        return RLPaths(model=tiny_model_dir, world=tiny_world_dir, queries=rl_queries_path, out=folder / "models/rl",
+                       checkpoints=folder / "checkpoints/rl", metrics=folder / "metrics/rl.json",
+                       plots=folder / "plots/rl")
+
+    return under
+
+
+@dataclass
+class Logged:
+    """One `log(metrics, step)` call of a run, with the steps whose checkpoints were complete when it came."""
+
+    step: int
+    metrics: dict
+    checkpoints: list[int]
+
+
+@dataclass
+class FinishedRun:
+    """A finished RL run: what `train` returned and logged, and its paths. Shared by every test of the same params,
+    so a test reads them; to resume, change or delete them it works on its own copy (`copy_to`)."""
+
+    folder: Path
+    paths: RLPaths
+    summary: dict
+    logged: list[Logged]
+
+    def copy_to(self, folder: Path) -> RLPaths:
+        """The run's outputs and checkpoints copied into `folder`, and its paths there."""
+        shutil.copytree(self.folder, folder, dirs_exist_ok=True)
+        return replace(self.paths, **{name: folder / getattr(self.paths, name).relative_to(self.folder)
+                                      for name in OUTPUTS})
+
+
+@pytest.fixture(scope="session")
+def finished_rl_run(rl_paths, tmp_path_factory):
+    """`finished_rl_run(params, run_id=None)`: the `FinishedRun` of the RL params `params` (a dict) over the tiny
+    model, world and queries, trained the first time a test asks for it and shared by every later test asking for
+    the same params."""
+    from components.training.rl.checkpoint import complete_checkpoints
+    from components.training.rl.params import RLParams
+    from components.training.rl.trainer import train
+
+    runs: dict[str, FinishedRun] = {}
+
+    def finished(params: dict, run_id: str | None = None) -> FinishedRun:
+        key = json.dumps([params, run_id], sort_keys=True)
+        if key not in runs:
+            folder = tmp_path_factory.mktemp("rl_run")
+            paths, logged = rl_paths(folder), []
+            summary = train(RLParams.model_validate(params), paths, run_id=run_id, progress_bar=False,
+                            log=lambda metrics, step: logged.append(
+                                Logged(step, metrics, [s for s, _ in complete_checkpoints(paths.checkpoints)])))
+            runs[key] = FinishedRun(folder, paths, summary, logged)
+        return runs[key]
+
+    return finished

@@ -2,6 +2,9 @@
 
 The model is untrained, so rewards are mostly the format reward; what is checked is the machinery: files, rows,
 checkpoints, resumption, and that the update really changes the weights when advantages are non-zero.
+
+Each set of params trains once per session (conftest.py's `finished_rl_run`): the tests that read a run share it,
+and the resume tests continue a copy of `tiny_run`'s checkpoints.
 """
 import csv
 import json
@@ -26,12 +29,6 @@ TINY = {"max_steps": 2, "queries_per_step": 1, "num_generations": 2, "learning_r
         "arpo": {"budget": 3, "initial_rollouts": 2, "entropy_tokens": 4}}
 
 
-def paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path) -> RLPaths:
-    return RLPaths(model=tiny_model_dir, world=tiny_world_dir, queries=rl_queries_path, out=tmp_path / "models/rl",
-                   checkpoints=tmp_path / "checkpoints/rl", metrics=tmp_path / "metrics/rl.json",
-                   plots=tmp_path / "plots/rl")
-
-
 def tiny_with(knob: dict) -> dict:
     """TINY with `knob`'s values, sections merged key by key."""
     return {**TINY, **{k: {**TINY.get(k, {}), **v} if isinstance(v, dict) else v for k, v in knob.items()}}
@@ -42,18 +39,22 @@ def read_steps(csv_path: Path) -> list[int]:
         return [int(row["step"]) for row in csv.DictReader(handle)]
 
 
+@pytest.fixture(scope="module")
+def tiny_run(finished_rl_run):
+    """TINY's two steps, trained once and tracked as run-1: the run the resume tests copy and continue."""
+    return finished_rl_run(TINY, run_id="run-1")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "dapo", "arpo", "aepo"])
-def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny_model_dir, tiny_world_dir,
-                                                       rl_queries_path):
-    params = RLParams.model_validate({**TINY, "algorithm": algorithm, "max_steps": 1,
-                                      "dynamic_sampling": {"max_extra_rounds": 0}})
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    logged = []
-    summary = train(params, paths, log=lambda metrics, step: logged.append((step, metrics)), progress_bar=False)
-    assert (paths.out / "config.json").exists() and json.loads(paths.metrics.read_text()) == summary
+def test_every_algorithm_trains_and_writes_its_outputs(algorithm, finished_rl_run):
+    run = finished_rl_run({**TINY, "algorithm": algorithm, "max_steps": 1,
+                           "dynamic_sampling": {"max_extra_rounds": 0}})
+    paths = run.paths
+    assert (paths.out / "config.json").exists() and json.loads(paths.metrics.read_text()) == run.summary
     assert read_steps(paths.rewards_csv) == [1]
-    (step, metrics), = logged
+    (logged,) = run.logged
+    metrics = logged.metrics
     for key in ("reward/mean", "reward/std", "reward/cs_micro", "reward/success", "reward/format_error_rate",
                 "episode/turns", "episode/tool_calls", "episode/tool_error_rate", "episode/sampled_tokens",
                 "policy/lr", "time/rollout_s", "time/reward_s", "time/update_s", "throughput/rollout_tokens_per_s"):
@@ -70,14 +71,10 @@ def test_every_algorithm_trains_and_writes_its_outputs(algorithm, tmp_path, tiny
 
 
 @pytest.mark.slow
-def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_steps(tmp_path, tiny_model_dir,
-                                                                                  tiny_world_dir, rl_queries_path):
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    saved_when_logged = []  # a step's checkpoint exists before its metrics go to tracking (which may hang or die)
-    train(RLParams.model_validate(TINY), paths, run_id="run-1", progress_bar=False,
-          log=lambda metrics, step: saved_when_logged.append(
-              (step, [s for s, _ in complete_checkpoints(paths.checkpoints)])))
-    assert saved_when_logged == [(1, [1]), (2, [1, 2])]
+def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_steps(tiny_run, tmp_path):
+    # a step's checkpoint exists before its metrics go to tracking (which may hang or die)
+    assert [(logged.step, logged.checkpoints) for logged in tiny_run.logged] == [(1, [1]), (2, [1, 2])]
+    paths = tiny_run.copy_to(tmp_path)
     paths.rewards_csv.unlink()  # `dvc repro` deletes the stage's outputs; the checkpoint's history restores them
     seen, tags = [], []
     summary = train(RLParams.model_validate({**TINY, "max_steps": 3}), paths, run_id="run-2",
@@ -89,15 +86,14 @@ def test_a_resumed_run_continues_from_the_newest_checkpoint_without_redoing_step
 
 @pytest.mark.slow
 @pytest.mark.parametrize("change", ["reward", "model", "queries"])
-def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(change, tmp_path, tiny_model_dir,
-                                                                           tiny_world_dir, rl_queries_path, capsys):
+def test_a_checkpoint_of_other_inputs_is_not_resumed_and_every_step_trains(change, tiny_run, tmp_path,
+                                                                           tiny_model_dir, rl_queries_path, capsys):
     """After a SUM run, a MACRO run (`dvc exp run -S params/rl.yaml:rl.reward.kind=macro`), a new SFT model or new
     queries train from step 0: the SUM run's checkpoints are moved aside with the reason (never deleted), and the run
     says why."""
     import shutil
 
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    train(RLParams.model_validate(TINY), paths, progress_bar=False)
+    paths = tiny_run.copy_to(tmp_path)  # the SUM run's two checkpoints
     params = RLParams.model_validate(TINY)
     if change == "reward":
         params = RLParams.model_validate({**TINY, "reward": {"kind": "macro"}})
@@ -133,53 +129,46 @@ def fingerprint_of(params: RLParams, paths: RLPaths) -> dict[str, str]:
                  "release_engine_memory": False}},
     {"distributed": {"gradient_checkpointing": True}}, {"max_steps": 9, "checkpoint_every": 3},
 ])
-def test_throughput_knobs_keep_the_fingerprint_so_a_checkpoint_still_resumes(knob, tmp_path, tiny_model_dir,
-                                                                             tiny_world_dir, rl_queries_path):
+def test_throughput_knobs_keep_the_fingerprint_so_a_checkpoint_still_resumes(knob, rl_paths, tmp_path):
     """Batch sizes of rollouts and micro-batches, the device, gradient checkpointing and the logging evaluation
     change how fast a run goes, not what it learns: its checkpoints stay resumable."""
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    paths = rl_paths(tmp_path)
     base = fingerprint_of(RLParams.model_validate(TINY), paths)
     assert fingerprint_of(RLParams.model_validate(tiny_with(knob)), paths) == base
 
 
 @pytest.mark.parametrize("knob", [{"learning_rate": 1e-6}, {"num_generations": 8}, {"mini_batch_size": 2},
                                   {"rollout": {"temperature": 0.7}}, {"dtype": "bfloat16"}, {"seed": 3}])
-def test_what_changes_learning_changes_the_fingerprint(knob, tmp_path, tiny_model_dir, tiny_world_dir,
-                                                       rl_queries_path):
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+def test_what_changes_learning_changes_the_fingerprint(knob, rl_paths, tmp_path):
+    paths = rl_paths(tmp_path)
     assert fingerprint_of(RLParams.model_validate(tiny_with(knob)), paths)["params"] != \
         fingerprint_of(RLParams.model_validate(TINY), paths)["params"]
 
 
 @pytest.mark.slow
-def test_a_longer_budget_or_another_time_limit_still_resumes(tmp_path, tiny_model_dir, tiny_world_dir,
-                                                             rl_queries_path):
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    train(RLParams.model_validate(TINY), paths, progress_bar=False)
+def test_a_longer_budget_or_another_time_limit_still_resumes(tiny_run, tmp_path):
+    paths = tiny_run.copy_to(tmp_path)
     summary = train(RLParams.model_validate({**TINY, "max_steps": 3, "max_minutes": 60, "keep_checkpoints": 3}),
                     paths, progress_bar=False)
     assert summary["resumed_from_step"] == 2
 
 
 @pytest.mark.slow
-def test_max_queries_trains_on_a_prefix_of_the_query_file(tmp_path, tiny_model_dir, tiny_world_dir,
-                                                       rl_queries_path):
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
-    queries = load_task_source(RLParams.model_validate({**TINY, "max_queries": 2}), paths).items
+def test_max_queries_trains_on_a_prefix_of_the_query_file(finished_rl_run, rl_paths, tmp_path):
+    queries = load_task_source(RLParams.model_validate({**TINY, "max_queries": 2}), rl_paths(tmp_path)).items
     assert [q.idx for q in queries] == [0, 1]
-    params = RLParams.model_validate({**TINY, "max_queries": 2, "max_steps": None, "epochs": 2})
-    summary = train(params, paths, progress_bar=False)
+    run = finished_rl_run({**TINY, "max_queries": 2, "max_steps": None, "epochs": 2})
     # 2 queries x 2 epochs at TINY's queries per step; the data cursor counts the 2 queries, not the file's 6
-    assert summary["steps"] == math.ceil(2 * 2 / TINY["queries_per_step"])
-    newest = complete_checkpoints(paths.checkpoints)[-1][1]
+    assert run.summary["steps"] == math.ceil(2 * 2 / TINY["queries_per_step"])
+    newest = complete_checkpoints(run.paths.checkpoints)[-1][1]
     assert load_state(newest).cursor["num_queries"] == 2
 
 
-def test_the_stage_trains_every_weight_of_the_policy(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path):
+def test_the_stage_trains_every_weight_of_the_policy(rl_paths, tmp_path, tiny_model_dir):
     """The stage's parts (as `star rl` builds them) hand every weight of the policy to the optimizer."""
     from components.training.rl.trainer import build_parts
 
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    paths = rl_paths(tmp_path)
     params = RLParams.model_validate(TINY)
     parts = build_parts(params, paths, load_task_source(params, paths), tiny_model_dir, total_steps=1, device="cpu")
     model = parts.optimizer.unwrap()
@@ -226,7 +215,8 @@ def test_a_step_without_an_update_still_measures_a_separate_engines_mismatch(tin
 
 
 def test_a_frozen_control_with_learning_rate_0_keeps_every_weight(tiny_model_dir):
-    """`rl.learning_rate: 0` is the frozen control of docs/tiny_preset.md: the same rollouts and updates, no change."""
+    """`rl.learning_rate: 0` is the frozen control (docs/tiny_preset.md, "The frozen control"): the same rollouts
+    and updates, no change."""
     import torch
 
     from components.models.loading import load_policy_model
@@ -245,20 +235,16 @@ def test_a_frozen_control_with_learning_rate_0_keeps_every_weight(tiny_model_dir
 
 
 @pytest.mark.slow
-def test_a_frozen_control_run_draws_the_same_first_step_and_ends_with_the_input_weights(tmp_path, tiny_model_dir,
-                                                                                       tiny_world_dir,
-                                                                                       rl_queries_path):
+def test_a_frozen_control_run_draws_the_same_first_step_and_ends_with_the_input_weights(tiny_run, finished_rl_run,
+                                                                                       tiny_model_dir):
     import torch
     from safetensors.torch import load_file
 
-    run = paths_in(tmp_path / "run", tiny_model_dir, tiny_world_dir, rl_queries_path)
-    control = paths_in(tmp_path / "control", tiny_model_dir, tiny_world_dir, rl_queries_path)
-    train(RLParams.model_validate(TINY), run, progress_bar=False)
-    summary = train(RLParams.model_validate({**TINY, "learning_rate": 0}), control, progress_bar=False)
-    first = [next(csv.DictReader(p.rewards_csv.open())) for p in (run, control)]
+    control = finished_rl_run({**TINY, "learning_rate": 0})
+    first = [next(csv.DictReader(p.rewards_csv.open())) for p in (tiny_run.paths, control.paths)]
     assert first[0]["reward"] == first[1]["reward"] and first[0]["cs_micro"] == first[1]["cs_micro"]
-    assert summary["steps"] == 2
-    before, after = load_file(tiny_model_dir / "model.safetensors"), load_file(control.out / "model.safetensors")
+    assert control.summary["steps"] == 2
+    before, after = load_file(tiny_model_dir / "model.safetensors"), load_file(control.paths.out / "model.safetensors")
     assert all(torch.equal(before[name], after[name]) for name in before)
 
 
@@ -318,7 +304,7 @@ def test_a_step_without_signal_leaves_the_weights_alone_despite_adam_momentum(ti
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_rerun_resumes_and_loses_no_step(tmp_path, tiny_model_dir, tiny_world_dir,
+def test_sigkill_mid_run_then_rerun_resumes_and_loses_no_step(rl_paths, tmp_path, tiny_model_dir, tiny_world_dir,
                                                               rl_queries_path):
     """`star rl` killed with SIGKILL after its second checkpoint resumes from it and writes each step once.
 
@@ -330,7 +316,7 @@ def test_sigkill_mid_run_then_rerun_resumes_and_loses_no_step(tmp_path, tiny_mod
     total = 30
     params_file = tmp_path / "rl.yaml"
     params_file.write_text(yaml.safe_dump({"rl": {**TINY, "max_steps": total}}))
-    paths = paths_in(tmp_path, tiny_model_dir, tiny_world_dir, rl_queries_path)
+    paths = rl_paths(tmp_path)
     command = [sys.executable, "-m", "components.cli", "rl", "--params", str(params_file), "--model",
                str(tiny_model_dir), "--world", str(tiny_world_dir), "--queries", str(rl_queries_path), "--out",
                str(paths.out), "--checkpoints", str(paths.checkpoints), "--metrics", str(paths.metrics),
