@@ -78,7 +78,7 @@ EXAMPLES: dict[str, Check] = {
     # README: install and tests (what .ci/run itself does first)
     "./scripts/bootstrap.sh && . .venv/bin/activate && star preset use tiny && dvc repro": Check(
         "covered", why=".ci/run runs bootstrap.sh; the tiny `dvc repro` takes ~2 h on 2 cores (measured in "
-                       "docs/tiny_preset.md); its smoke counterpart is the tests' shared smoke project "
+                       "benchmarks/results/tiny.md); its smoke counterpart is the tests' shared smoke project "
                        "(tests/integration/conftest.py: smoke_project)"),
     "./scripts/bootstrap.sh && .venv/bin/pytest -q": Check("covered", why=".ci/run runs bootstrap.sh and pytest -q"),
     "pytest -q -m quick": Check("covered", why="a subset of .ci/run's pytest -q"),
