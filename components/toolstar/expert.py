@@ -89,6 +89,7 @@ class ExpertTurn:
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     finished: bool = True
+    entropies: list[float] | None = None
 
 
 # ---- reading the question and the history ---------------------------------------------------------------------
