@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.training.rl.registry import add, lookup
+
 ALGORITHMS: dict[str, "Algorithm"] = {}
 
 
@@ -54,10 +56,7 @@ class Algorithm:
 
 def register_algorithm(algorithm: Algorithm) -> Algorithm:
     """Add `algorithm` under its name (a name already registered is refused: unregister it first)."""
-    if algorithm.name in ALGORITHMS:
-        raise ValueError(f"algorithm {algorithm.name!r} is already registered")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
+    return add(ALGORITHMS, algorithm.name, algorithm, "algorithm")
 
 
 def unregister_algorithm(name: str) -> None:
@@ -66,9 +65,7 @@ def unregister_algorithm(name: str) -> None:
 
 def get_algorithm(name: str) -> Algorithm:
     """The registered algorithm `name`, or a ValueError that lists the registered ones."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown rl.algorithm {name!r}: use one of {', '.join(ALGORITHMS)}")
-    return ALGORITHMS[name]
+    return lookup(ALGORITHMS, name, "rl.algorithm")
 
 
 def with_defaults(data: dict[str, Any], algorithm: Algorithm) -> dict[str, Any]:

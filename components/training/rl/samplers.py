@@ -32,6 +32,7 @@ from components.training.rl.dapo import dynamic_sampling
 from components.training.rl.distributed import SINGLE, Ranks
 from components.training.rl.engine import RolloutEngine
 from components.training.rl.params import RLParams
+from components.training.rl.registry import add, lookup
 from components.training.rl.rewards import TrajectoryReward, trajectory_reward
 
 
@@ -72,10 +73,7 @@ SAMPLERS: dict[str, Sampler] = {}
 
 def register_sampler(name: str, sampler: Sampler) -> Sampler:
     """Add `sampler` under `name` (a name already registered is refused)."""
-    if name in SAMPLERS:
-        raise ValueError(f"sampler {name!r} is already registered")
-    SAMPLERS[name] = sampler
-    return sampler
+    return add(SAMPLERS, name, sampler, "sampler")
 
 
 def unregister_sampler(name: str) -> None:
@@ -105,9 +103,7 @@ def remove_algorithm(name: str) -> None:
 
 
 def get_sampler(name: str) -> Sampler:
-    if name not in SAMPLERS:
-        raise ValueError(f"unknown sampler {name!r}: registered are {', '.join(SAMPLERS)}")
-    return SAMPLERS[name]
+    return lookup(SAMPLERS, name, "sampler")
 
 
 def score_groups(groups: list[list[dict]], params: RLParams, progress: float,

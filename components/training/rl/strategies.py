@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from components.training.rl.params import RLParams
+from components.training.rl.registry import add, lookup
 
 if TYPE_CHECKING:  # the wrappers (and torch) load when a run builds its optimiser: `star rl --plan` needs neither
     import torch
@@ -84,16 +85,11 @@ STRATEGIES: dict[str, Strategy] = {}
 
 
 def register_strategy(strategy: Strategy) -> Strategy:
-    if strategy.name in STRATEGIES:
-        raise ValueError(f"strategy {strategy.name!r} is already registered")
-    STRATEGIES[strategy.name] = strategy
-    return strategy
+    return add(STRATEGIES, strategy.name, strategy, "strategy")
 
 
 def get_strategy(name: str) -> Strategy:
-    if name not in STRATEGIES:
-        raise ValueError(f"unknown rl.distributed.strategy {name!r}: use one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[name]
+    return lookup(STRATEGIES, name, "rl.distributed.strategy")
 
 
 register_strategy(Strategy("none", plain_optimizer, float32_master=True, autocast=True))
