@@ -78,6 +78,13 @@ def weights_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def model_argument(model: str | os.PathLike) -> str:
+    """The engine's `--model`: a local checkpoint as an absolute path (the engine runs in the repository root, not
+    in the stage's directory), anything else (a Hub name) as given."""
+    path = Path(model)
+    return str(path.resolve()) if path.exists() else str(model)
+
+
 class EngineProcess:
     """One engine process serving `model` (a checkpoint directory or Hub name), started at construction and ready
     when the constructor returns (or an EngineError with the engine's log tail)."""
@@ -88,7 +95,7 @@ class EngineProcess:
         if python is None or not python.exists():
             raise EngineError(f"no rollout engine environment ({python or '.venv-engine'} not found): "
                               f"{BOOTSTRAP_HINT}")
-        self.model, self.options = str(model), options
+        self.model, self.options = model_argument(model), options
         self.workdir = Path(tempfile.mkdtemp(prefix="star-engine-"))
         self.socket_path = str(self.workdir / "engine.sock")
         self.log_path = self.workdir / "engine.log"

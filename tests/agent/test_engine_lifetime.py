@@ -58,3 +58,15 @@ def test_the_engine_exits_when_its_stage_is_killed(how, stop):
     finally:
         stage.kill()
         stage.wait()
+
+
+def test_a_local_checkpoint_reaches_the_engine_as_an_absolute_path(tmp_path, monkeypatch):
+    """The engine runs in the repository root, so `star rl --model models/sft` run from a project elsewhere must not
+    send it `models/sft` (which it would look up there, then on the Hub); a Hub name passes through unchanged."""
+    from components.agent.engine_client import model_argument
+
+    (tmp_path / "models" / "sft").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert model_argument("models/sft") == str(tmp_path / "models" / "sft")
+    assert model_argument(Path("models/sft")) == str(tmp_path / "models" / "sft")
+    assert model_argument("Qwen/Qwen2.5-1.5B-Instruct") == "Qwen/Qwen2.5-1.5B-Instruct"
