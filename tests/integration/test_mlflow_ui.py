@@ -124,3 +124,21 @@ def test_no_artifact_uri_is_a_path_of_the_machine_that_ran_the_stage(smoke_exper
 def test_an_ordinary_number_is_not_redacted(smoke_experiment):
     _, _, runs = smoke_experiment
     assert by_key(runs["sft_data"]["data"]["params"])["chars_per_token"] == "4.2"
+
+
+def test_the_rl_run_on_the_engine_logs_the_mismatch_and_the_sync_at_every_step(smoke_experiment):
+    """The smoke rl stage's rollouts run on the vLLM engine (`rollout.backend: auto`, .venv-engine built by
+    ./scripts/bootstrap.sh): every step pushes the weights to it and measures how far its log-probs are from the
+    trainer's."""
+    from components.agent.backends import engine_available
+
+    if not engine_available():
+        pytest.skip("no rollout engine environment (.venv-engine): ./scripts/bootstrap.sh builds it")
+    rest, _, runs = smoke_experiment
+    run_id = runs["rl"]["info"]["run_id"]
+    steps = {key: {int(p["step"]): p["value"] for p in rest.history(run_id, f"rl/policy/{key}")}
+             for key in ("logprob_mismatch", "weight_sync_s", "weight_sync_tensors")}
+    assert sorted(steps["weight_sync_tensors"]) == [1, 2], steps  # the smoke preset's two steps
+    assert all(tensors > 0 for tensors in steps["weight_sync_tensors"].values()), steps
+    assert steps["weight_sync_s"].keys() == steps["logprob_mismatch"].keys() == steps["weight_sync_tensors"].keys()
+    assert all(0 <= mismatch < 1e-4 for mismatch in steps["logprob_mismatch"].values()), steps
