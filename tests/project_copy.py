@@ -10,10 +10,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"  # the checkout's rollout engine, shared with the copy
 
 
 # What a copy of the project leaves out: the environment, git, every pipeline output, and caches.
-NOT_COPIED = {".venv", ".git", "data", "models", "checkpoints", "metrics", "plots", "reports", "mlruns", "mlflow.db",
+NOT_COPIED = {".venv", ".venv-engine", ".git", "data", "models", "checkpoints", "metrics", "plots", "reports", "mlruns", "mlflow.db",
               "mlflow.db.lock", "mlartifacts", ".prefect", ".star", "dvc.lock", "dvc_plots", "build", "dist"}
 NOT_COPIED_ANYWHERE = {"__pycache__", ".pytest_cache", ".hypothesis", ".grimp_cache", ".import_linter_cache"}
 NOT_COPIED_BELOW = {".dvc": {"cache", "tmp"}, "benchmarks": {"_work"}}
@@ -34,8 +35,9 @@ def copy_project(target: Path) -> Path:
 
 
 def project_environment(root: Path) -> dict[str, str]:
-    """The copy's own code first, its own MLflow store, no tracking or Prefect settings of this session."""
+    """The copy's own code first, its own MLflow store, no tracking or Prefect settings of this session; its stages
+    use this checkout's rollout engine environment where there is one (`none` otherwise: transformers)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_", "STAR_"))}
     env.update(PYTHONPATH=str(root), PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
-               MKL_NUM_THREADS="1")
+               MKL_NUM_THREADS="1", STAR_ENGINE_PYTHON=str(ENGINE_PYTHON) if ENGINE_PYTHON.exists() else "none")
     return env

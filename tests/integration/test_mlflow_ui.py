@@ -126,13 +126,11 @@ def test_an_ordinary_number_is_not_redacted(smoke_experiment):
     assert by_key(runs["sft_data"]["data"]["params"])["chars_per_token"] == "4.2"
 
 
-def test_the_rl_run_on_the_engine_logs_the_mismatch_and_the_sync_at_every_step(smoke_experiment):
+def test_the_rl_run_on_the_engine_logs_the_mismatch_and_the_sync_at_every_step(smoke_experiment, smoke_project):
     """The smoke rl stage's rollouts run on the vLLM engine (`rollout.backend: auto`, .venv-engine built by
     ./scripts/bootstrap.sh): every step pushes the weights to it and measures how far its log-probs are from the
     trainer's."""
-    from components.agent.backends import engine_available
-
-    if not engine_available():
+    if smoke_project[1]["STAR_ENGINE_PYTHON"] == "none":
         pytest.skip("no rollout engine environment (.venv-engine): ./scripts/bootstrap.sh builds it")
     rest, _, runs = smoke_experiment
     run_id = runs["rl"]["info"]["run_id"]
