@@ -14,8 +14,9 @@ ENGINE_PYTHON = REPO / ".venv-engine" / "bin" / "python"  # the checkout's rollo
 
 
 # What a copy of the project leaves out: the environment, git, every pipeline output, and caches.
-NOT_COPIED = {".venv", ".venv-engine", ".git", "data", "models", "checkpoints", "metrics", "plots", "reports", "mlruns", "mlflow.db",
-              "mlflow.db.lock", "mlartifacts", ".prefect", ".star", "dvc.lock", "dvc_plots", "build", "dist"}
+NOT_COPIED = {".venv", ".venv-engine", ".git", "data", "models", "checkpoints", "metrics", "plots", "reports",
+              "mlruns", "mlflow.db", "mlflow.db.lock", "mlartifacts", ".prefect", ".star", "dvc.lock", "dvc_plots",
+              "build", "dist"}
 NOT_COPIED_ANYWHERE = {"__pycache__", ".pytest_cache", ".hypothesis", ".grimp_cache", ".import_linter_cache"}
 NOT_COPIED_BELOW = {".dvc": {"cache", "tmp"}, "benchmarks": {"_work"}}
 
