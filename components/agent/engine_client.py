@@ -12,6 +12,10 @@ the engine's interpreter is `$STAR_ENGINE_PYTHON`, else `.venv-engine/bin/python
 (`engine_python`). The engine never outlives the stage: `close` stops it, and `atexit` calls `close` on a normal
 exit or an uncaught exception; when the stage is killed (SIGTERM, SIGKILL, a crash), the engine sees its stdin pipe
 close and exits, and the kernel kills it at once where PR_SET_PDEATHSIG applies (see engine_server.py).
+
+A stage that knows its engine from its params can `prestart(model, options)` it before its heavy imports: vLLM's
+import and the model's load (~10 s on CPU) then overlap the stage's own start, and the stage's
+`EngineProcess(model, options)` connects to that engine.
 """
 from __future__ import annotations
 
@@ -85,26 +89,32 @@ def model_argument(model: str | os.PathLike) -> str:
     return str(path.resolve()) if path.exists() else str(model)
 
 
-class EngineProcess:
-    """One engine process serving `model` (a checkpoint directory or Hub name), started at construction and ready
-    when the constructor returns (or an EngineError with the engine's log tail)."""
+def interpreter(python: str | os.PathLike | None = None) -> Path:
+    """The engine's interpreter: `python` when given, else `engine_python()`; an EngineError saying how to build it
+    where there is none."""
+    python = Path(python) if python is not None else engine_python()
+    if python is None or not python.exists():
+        raise EngineError(f"no rollout engine environment ({python or '.venv-engine'} not found): {BOOTSTRAP_HINT}")
+    return python
 
-    def __init__(self, model: str | os.PathLike, options: EngineOptions = EngineOptions(),
-                 python: str | os.PathLike | None = None):
-        python = Path(python) if python is not None else engine_python()
-        if python is None or not python.exists():
-            raise EngineError(f"no rollout engine environment ({python or '.venv-engine'} not found): "
-                              f"{BOOTSTRAP_HINT}")
-        self.model, self.options = model_argument(model), options
-        self.workdir = Path(tempfile.mkdtemp(prefix="star-engine-"))
-        self.socket_path = str(self.workdir / "engine.sock")
-        self.log_path = self.workdir / "engine.log"
-        self.pushes = 0
-        self.sync_seconds = 0.0  # the engine's own time loading weights, summed over the pushes
-        self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
-        command = [str(python), "-m", "components.agent.engine_server", "--socket", self.socket_path,
-                   "--model", self.model, "--parent-pid", str(os.getpid()), "--dtype", options.dtype,
+
+@dataclass(frozen=True)
+class Launch:
+    """An engine process just started (engine_server.py), not yet connected: `EngineProcess` waits for its socket."""
+
+    process: subprocess.Popen
+    workdir: Path
+    socket_path: str
+    log_path: Path
+
+    @classmethod
+    def start(cls, python: Path, model: str, options: EngineOptions) -> Launch:
+        """Start the engine process for `model` (a `model_argument`) with `options`, its log in a new working
+        directory."""
+        workdir = Path(tempfile.mkdtemp(prefix="star-engine-"))
+        socket_path, log_path = str(workdir / "engine.sock"), workdir / "engine.log"
+        command = [str(python), "-m", "components.agent.engine_server", "--socket", socket_path,
+                   "--model", model, "--parent-pid", str(os.getpid()), "--dtype", options.dtype,
                    "--seed", str(options.seed), "--threads", str(options.threads),
                    "--kv-cache-gib", str(options.kv_cache_gib),
                    "--gpu-memory-utilization", str(options.gpu_memory_utilization)]
@@ -118,10 +128,63 @@ class EngineProcess:
                "OMP_NUM_THREADS": str(options.threads), "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
         env.pop(ENGINE_PYTHON_VAR, None)
-        with open(self.log_path, "wb") as log:
+        with open(log_path, "wb") as log:
             # its own session: a Ctrl-C at the terminal reaches the stage, which then stops the engine in order
-            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log, env=env,
-                                            cwd=REPO_ROOT, start_new_session=True)
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log, stderr=log, env=env,
+                                       cwd=REPO_ROOT, start_new_session=True)
+        return cls(process, workdir, socket_path, log_path)
+
+    def discard(self) -> None:
+        """Stop an engine nobody connected to, and remove its working directory."""
+        self.process.kill()
+        self.process.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# Engines started ahead of the stage's own work (`prestart`), by (interpreter, model argument, options); an
+# `EngineProcess` with the same three takes its engine from here instead of starting one.
+PRESTARTED: dict[tuple[str, str, EngineOptions], Launch] = {}
+
+
+def prestart(model: str | os.PathLike, options: EngineOptions = EngineOptions(),
+             python: str | os.PathLike | None = None) -> bool:
+    """Start the engine that `EngineProcess(model, options, python)` will ask for, now, so that it loads vLLM and
+    the model while this process imports its own libraries; that `EngineProcess` then connects to it. Returns
+    whether an engine was started (False where there is no engine environment: the `EngineProcess` says so). An
+    engine never asked for is stopped when this process exits (or when its stdin closes with the process)."""
+    try:
+        python = interpreter(python)
+    except EngineError:
+        return False
+    key = (str(python), model_argument(model), options)
+    if key not in PRESTARTED:
+        if not PRESTARTED:
+            atexit.register(discard_prestarted)
+        PRESTARTED[key] = Launch.start(python, key[1], options)
+    return True
+
+
+def discard_prestarted() -> None:
+    """Stop every prestarted engine that no `EngineProcess` took."""
+    while PRESTARTED:
+        PRESTARTED.popitem()[1].discard()
+
+
+class EngineProcess:
+    """One engine process serving `model` (a checkpoint directory or Hub name), started at construction and ready
+    when the constructor returns (or an EngineError with the engine's log tail)."""
+
+    def __init__(self, model: str | os.PathLike, options: EngineOptions = EngineOptions(),
+                 python: str | os.PathLike | None = None):
+        python = interpreter(python)
+        self.model, self.options = model_argument(model), options
+        self.pushes = 0
+        self.sync_seconds = 0.0  # the engine's own time loading weights, summed over the pushes
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        launch = PRESTARTED.pop((str(python), self.model, options), None) or Launch.start(python, self.model, options)
+        self.process, self.workdir, self.log_path = launch.process, launch.workdir, launch.log_path
+        self.socket_path = launch.socket_path
         atexit.register(self.close)
         try:
             self.info = self._wait_ready(options.startup_timeout_s)
@@ -246,4 +309,4 @@ def require_engine_python() -> Path:
     return python
 
 
-__all__ = ["EngineError", "EngineOptions", "EngineProcess", "engine_python", "require_engine_python"]
+__all__ = ["EngineError", "EngineOptions", "EngineProcess", "engine_python", "prestart", "require_engine_python"]

@@ -10,6 +10,7 @@ from pydantic import BeforeValidator, Field
 
 from components.agent.http import EndpointConfig
 from components.agent.loop import Limits
+from components.agent.sampling import Sampling
 from components.params import Params
 
 
@@ -56,7 +57,7 @@ class EndpointParams(Params):
 class DecoderParams(Params):
     """Which backend decodes a checkpoint's turns, and how the transformers backend does it."""
 
-    backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: vLLM on a GPU when installed, else transformers
+    backend: Literal["auto", "hf", "vllm"] = "auto"  # auto: the vLLM engine where .venv-engine exists, else hf
     chunk_tokens: int | None = Field(None, ge=1)  # transformers: decode turns in rounds of this many tokens over the
     # episodes still writing (None: every row of a call runs until the last ends; see components/agent/hf.py)
 
@@ -72,3 +73,11 @@ class DecodingParams(DecoderParams):
     dtype: str = "auto"
     device: str | None = None
     gpu_memory_utilization: float = Field(0.8, gt=0.0, le=1.0)
+
+    def to_sampling(self, max_model_len: int | None = None) -> Sampling:
+        """The backend's `Sampling` (temperature 0: greedy), with the engine's context length `max_model_len`."""
+        greedy = self.temperature <= 0
+        return Sampling(temperature=self.temperature if not greedy else 1.0, top_p=self.top_p, greedy=greedy,
+                        seed=self.seed, max_batch_size=self.batch_size, chunk_tokens=self.chunk_tokens,
+                        dtype=self.dtype, gpu_memory_utilization=self.gpu_memory_utilization,
+                        max_model_len=max_model_len)

@@ -34,7 +34,9 @@ from components.errors import UserError
 
 
 # Each handler imports its stage code (typed params, MLflow through components.tracking) when called, so that
-# `star --help` stays instant.
+# `star --help` stays instant. A handler that decodes a checkpoint reads its params first and prestarts the rollout
+# engine where its decoding runs there (components/evaluation/policy.py), then imports MLflow and the model
+# libraries while the engine loads.
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -130,12 +132,15 @@ def run_qa_build(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from components import tracking
+    from components.evaluation.policy import prestart_checkpoint_engine
     from components.evaluation.validate import validate_checkpoint, validation, write_jsonl
     from components.params import load_section
 
     travel = validation()
     params = load_section(args.params, "validate", travel.ValidateParams)
+    prestart_checkpoint_engine(args.model, params.decoding, params.limits.max_context_tokens)
+    from components import tracking  # MLflow: imported while the engine starts
+
     started = time.perf_counter()
     with tracking.stage_run(f"validate@{args.name}", params=params,
                                  tags={"star.checkpoint": args.name}) as run:
@@ -175,13 +180,16 @@ def run_rollout(args: argparse.Namespace) -> int:
 
 
 def run_ood_qa(args: argparse.Namespace) -> int:
-    from components import tracking
     from components.evaluation.ood_qa import evaluate_checkpoint, ood
+    from components.evaluation.policy import prestart_checkpoint_engine
     from components.evaluation.question_results import questions_path, read_question_results
     from components.evaluation.validate import write_jsonl
     from components.params import load_section
 
     params = load_section(args.params, "ood_qa", ood().OODQAParams)
+    prestart_checkpoint_engine(args.model, params.decoding, params.limits.max_context_tokens)
+    from components import tracking  # MLflow: imported while the engine starts
+
     base_path = Path(args.base_metrics) if args.base_metrics else Path(args.out).parent / "base.json"
     base = None if args.name == "base" else read_question_results(questions_path(base_path))
     if args.base_metrics and base is None:
@@ -364,11 +372,14 @@ def run_teach(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     """The toolstar_eval@<name> stages."""
-    from components import tracking
+    from components.evaluation.policy import prestart_checkpoint_engine
     from components.evaluation.toolstar import evaluate_checkpoint
     from components.evaluation.validate import write_jsonl
 
     params = _params(args.params)
+    prestart_checkpoint_engine(args.model, params.eval.decoding, params.eval.limits.max_context_tokens)
+    from components import tracking  # MLflow: imported while the engine starts
+
     started = time.perf_counter()
     with tracking.stage_run(f"toolstar_eval@{args.name}", params=params,
                             tags={"star.checkpoint": args.name}) as run:

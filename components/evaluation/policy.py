@@ -5,20 +5,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.agent.backends import Sampling, checkpoint_policy
 from components.agent.params import DecodingParams, LimitsParams
-from components.models.loading import load_tokenizer
+from components.agent.sampling import prestart_engine
 
-__all__ = ["DecodingParams", "LimitsParams", "load_checkpoint_policy"]
+__all__ = ["DecodingParams", "LimitsParams", "load_checkpoint_policy", "prestart_checkpoint_engine"]
+
+
+def prestart_checkpoint_engine(model: str | Path, decoding: DecodingParams, max_model_len: int | None = None) -> bool:
+    """Start the engine that `load_checkpoint_policy(model, decoding, max_model_len)` will connect to, now, where
+    the decoding runs on it: a stage calls this before its heavy imports and its MLflow run, which then overlap the
+    engine's start. Returns whether an engine was started."""
+    return prestart_engine(model, decoding.to_sampling(max_model_len), decoding.backend)
 
 
 def load_checkpoint_policy(model: str | Path, decoding: DecodingParams, max_model_len: int | None = None):
     """(policy, tokenizer) for `model` with the decoding params; temperature 0 means greedy decoding."""
-    greedy = decoding.temperature <= 0
-    sampling = Sampling(temperature=decoding.temperature if not greedy else 1.0, top_p=decoding.top_p,
-                        greedy=greedy, seed=decoding.seed, max_batch_size=decoding.batch_size,
-                        chunk_tokens=decoding.chunk_tokens, dtype=decoding.dtype,
-                        gpu_memory_utilization=decoding.gpu_memory_utilization, max_model_len=max_model_len)
+    from components.agent.backends import checkpoint_policy  # torch and transformers: imported when a stage runs
+    from components.models.loading import load_tokenizer
+
     tokenizer = load_tokenizer(model)
-    policy = checkpoint_policy(model, tokenizer, sampling, backend=decoding.backend, device=decoding.device)
+    policy = checkpoint_policy(model, tokenizer, decoding.to_sampling(max_model_len), backend=decoding.backend,
+                               device=decoding.device)
     return policy, tokenizer

@@ -1,7 +1,8 @@
 """One backend choice for RL and evaluation: the vLLM engine where its environment exists, transformers otherwise."""
 import pytest
 
-from components.agent.backends import Sampling, checkpoint_policy, resolve_backend
+from components.agent.backends import checkpoint_policy
+from components.agent.sampling import Sampling, resolve_backend
 
 
 class ChatTokenizer:
@@ -74,3 +75,15 @@ def test_vllm_loads_the_checkpoint_into_its_own_engine_with_the_sampling_params(
     (tmp_path / "config.json").write_text(json.dumps({"dtype": "float32"}))
     policy = checkpoint_policy(tmp_path, "tokenizer", Sampling(), backend="vllm")
     assert policy.kwargs["options"].dtype == "float32"
+
+
+def test_no_engine_is_prestarted_for_transformers_or_without_an_engine_environment(monkeypatch):
+    from components.agent import engine_client
+    from components.agent.sampling import prestart_engine
+
+    monkeypatch.setattr(engine_client.Launch, "start", lambda *a: pytest.fail("no engine should start"))
+    assert not prestart_engine("models/sft", Sampling(greedy=True), backend="hf")
+    monkeypatch.setenv("STAR_ENGINE_PYTHON", "none")
+    assert not prestart_engine("models/sft", Sampling(greedy=True), backend="auto")
+    assert not prestart_engine("models/sft", Sampling(greedy=True), backend="vllm")  # the policy says how to fix it
+    assert not engine_client.PRESTARTED

@@ -1,6 +1,7 @@
 """The real vLLM rollout engine on CPU (components/agent/engine_server.py in .venv-engine), against the transformers
 backend and the trainer: the same turns, the same log-probabilities, the same greedy tokens after an RL update and
-a weight sync, for a tied (Llama) and an untied (Qwen2) model; and no engine outlives a SIGKILLed stage.
+a weight sync, for a tied (Llama) and an untied (Qwen2) model; a stage connects to the engine it prestarted; and no
+engine outlives a SIGKILLed stage, nor one the stage never asked for.
 
 Each model's engine starts once per test session (15-25 s each on 2 cores). Skipped where this checkout has no
 engine environment (`./scripts/bootstrap.sh` builds .venv-engine).
@@ -208,12 +209,27 @@ def test_sleep_mode_on_a_cpu_engine_is_refused_with_the_reason(tied_engine, engi
     assert not tied_engine.engine.sleeps  # auto: no sleep mode on a CPU
 
 
+# A stage as `star validate` runs one: it prestarts its engine, imports its libraries while the engine loads, then
+# connects; it prints the prestarted process's pid and the connected one's.
 STAGE = """
 import sys, time
+from components.agent import engine_client
 from components.agent.engine_client import EngineOptions, EngineProcess
-engine = EngineProcess(sys.argv[1], EngineOptions(dtype="float32"), python=sys.argv[2])
-print(engine.process.pid, flush=True)
+options = EngineOptions(dtype="float32")
+engine_client.prestart(sys.argv[1], options, python=sys.argv[2])
+[launch] = engine_client.PRESTARTED.values()
+import torch, transformers
+engine = EngineProcess(sys.argv[1], options, python=sys.argv[2])
+print(launch.process.pid, engine.process.pid, len(engine_client.PRESTARTED), flush=True)
 time.sleep(600)
+"""
+# A stage that prestarts an engine and exits before it asks for it (its params failed, say).
+UNCLAIMED = """
+import sys
+from components.agent import engine_client
+engine_client.prestart(sys.argv[1], python=sys.argv[2])
+[launch] = engine_client.PRESTARTED.values()
+print(launch.process.pid, launch.workdir, flush=True)
 """
 
 
@@ -226,21 +242,40 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
+def stage_process(script: str, *args) -> subprocess.Popen:
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.Popen([sys.executable, "-c", script, *map(str, args)], stdout=subprocess.PIPE, text=True,
+                            cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+
+
+def wait_gone(pid: int, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while running(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return not running(pid)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_a_sigkilled_stage_leaves_no_engine_process(tied_engine, engine_python):
-    """A stage that started an engine is SIGKILLed (no cleanup code runs): its engine exits too."""
-    stage = subprocess.Popen([sys.executable, "-c", STAGE, str(tied_engine.directory), str(engine_python)],
-                             stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2],
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+def test_a_stage_connects_to_the_engine_it_prestarted_and_a_sigkill_leaves_none(tied_engine, engine_python):
+    """The stage's EngineProcess takes the engine it prestarted (no second one); then the stage is SIGKILLed (no
+    cleanup code runs) and its engine exits too."""
+    stage = stage_process(STAGE, tied_engine.directory, engine_python)
     try:
-        engine_pid = int(stage.stdout.readline())
-        assert running(engine_pid)
+        prestarted, connected, left = map(int, stage.stdout.readline().split())
+        assert connected == prestarted and left == 0
+        assert running(connected)
         stage.send_signal(signal.SIGKILL)
         stage.wait()
-        deadline = time.monotonic() + 60
-        while running(engine_pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not running(engine_pid)
+        assert wait_gone(connected)
     finally:
         stage.kill()
         stage.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_prestarted_engine_nobody_asked_for_stops_with_its_stage(tied_engine, engine_python):
+    stage = stage_process(UNCLAIMED, tied_engine.directory, engine_python)
+    pid, workdir = stage.stdout.readline().split()
+    assert stage.wait(timeout=60) == 0
+    assert wait_gone(int(pid), timeout_s=10)
+    assert not Path(workdir).exists()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from components.agent.backends import Sampling, engine_options, resolve_backend
+from components.agent.sampling import Sampling, engine_options, resolve_backend
 from components.agent.engine_client import require_engine_python
 from components.agent.hf import HFPolicy
 from components.agent.types import Policy

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from components.errors import UserError
-from components.agent.backends import resolve_backend
+from components.agent.sampling import resolve_backend
 from components.training.rl.optim import deepspeed_config
 from components.training.rl.params import RLParams
 from components.training.rl.rollout_backends import ROLLOUT_BACKENDS, PolicyInputs, rollout_backend, rollout_sampling
